@@ -1,0 +1,63 @@
+"""The small Python API, for notebooks and tests: tensors in, maps out."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence, Union
+
+from .cams import compute_cams
+from .layers import ResolvedLayer, resolve_layer
+from .methods import get_method
+from .targets import TargetChoice
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+LayerSpec = Union[str, "nn.Module"]
+
+
+def _as_resolved(model: "nn.Module", layer: LayerSpec) -> ResolvedLayer:
+    if isinstance(layer, str):
+        return resolve_layer(model, layer, type(model).__name__)
+    for name, module in model.named_modules():
+        if module is layer:
+            return ResolvedLayer(path=name, name=name, module=module)
+    raise ValueError("a layer module passed to cam() is not part of the model")
+
+
+def _as_choice(classes: "int | Sequence[int] | None") -> TargetChoice:
+    if classes is None:
+        return TargetChoice()
+    if isinstance(classes, int):
+        return TargetChoice(classes=(classes,))
+    return TargetChoice(classes=tuple(int(c) for c in classes), per_image=True)
+
+
+def cam(
+    model: "nn.Module",
+    x: "torch.Tensor",
+    layers: "LayerSpec | Sequence[LayerSpec]",
+    method: str = "gradcam",
+    classes: "int | Sequence[int] | None" = None,
+    *,
+    grid: tuple[int, int] | None = None,
+) -> "torch.Tensor":
+    """Class activation maps (N, H, W) in [0, 1] at the size of `x`.
+
+    `layers` are dotted paths (negative indices allowed) or modules of `model`;
+    `classes` is None (each image's top class), one index for all, or one per image.
+    The model is left exactly as it was found (hooks, train/eval mode).
+    """
+    if isinstance(layers, str) or not isinstance(layers, Sequence):
+        layers = [layers]  # type: ignore[list-item]
+    resolved = [_as_resolved(model, layer) for layer in layers]  # type: ignore[union-attr]
+    batch = compute_cams(
+        model,
+        x,
+        resolved,
+        get_method(method),
+        _as_choice(classes),
+        num_prefix_tokens=getattr(model, "num_prefix_tokens", None),
+        grid=grid,
+        model_name=type(model).__name__,
+    )
+    return batch.maps[:, 0]

@@ -1,0 +1,44 @@
+"""Exit codes and the few exception types that carry a user-facing message.
+
+One place (the CLI's main) turns these into a single stderr line and a code,
+so every module can fail with a sentence instead of a traceback.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    SOME_INPUTS_FAILED = 1
+    USAGE = 2
+    INTERNAL = 3
+    INTERRUPTED = 130
+
+
+class GradcamError(Exception):
+    """An error the user can fix; its message is the whole story (one line)."""
+
+    exit_code: ExitCode = ExitCode.USAGE
+
+
+class UsageError(GradcamError):
+    """Bad options, unknown model or layer, bad config: nothing was run."""
+
+
+class ModelError(GradcamError):
+    """The model could not be built or its weights could not be loaded."""
+
+
+class InputError(GradcamError):
+    """One input image could not be explained; the rest of a batch goes on."""
+
+    exit_code = ExitCode.SOME_INPUTS_FAILED
+
+
+class LayerError(GradcamError):
+    """A target layer is wrong for this model (missing, never ran, no gradient)."""
+
+
+class LayoutError(GradcamError):
+    """A layer output whose spatial layout cannot be decided without `--grid`."""

@@ -1,0 +1,126 @@
+"""Activations by forward hooks, gradients by one torch.autograd.grad.
+
+Why not module backward hooks: they break on in-place ops, fire for every
+use of a shared module and compute gradients nobody needs. Asking autograd
+for d(score)/d(layer output) directly stops the backward pass at the target
+layers and never touches parameter `.grad`.
+"""
+from __future__ import annotations
+
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
+
+from .errors import LayerError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from .layers import ResolvedLayer
+
+
+def _first_tensor(output: Any) -> "torch.Tensor | None":
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    return None
+
+
+class LayerRecorder:
+    """Context manager: hooks on the target layers while inside, the model as found after.
+
+    The hook hands a clone downstream, so an in-place op after the target
+    layer (ReLU(inplace=True), `x += ...`) cannot corrupt the saved output.
+    """
+
+    def __init__(self, model: "nn.Module", layers: "list[ResolvedLayer]", model_name: str = "the model") -> None:
+        self.model = model
+        self.layers = layers
+        self.model_name = model_name
+        self.outputs: dict[str, torch.Tensor] = {}
+        self._handles: list[Any] = []
+        self._was_training = model.training
+        self._stack = ExitStack()
+
+    def __enter__(self) -> "LayerRecorder":
+        import torch
+
+        self._was_training = self.model.training
+        try:
+            for layer in self.layers:
+                self._handles.append(layer.module.register_forward_hook(self._hook_for(layer.name)))
+            self.model.eval()
+            # explanations need a graph even when the caller sits in no_grad or inference_mode
+            self._stack.enter_context(torch.inference_mode(False))
+            self._stack.enter_context(torch.enable_grad())
+        except BaseException:
+            self._cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        self._stack.close()
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self.outputs.clear()
+        self.model.train(self._was_training)
+
+    def _hook_for(self, name: str) -> Any:
+        def hook(_module: "nn.Module", _inputs: Any, output: Any) -> Any:
+            tensor = _first_tensor(output)
+            if tensor is None:
+                return None
+            self.outputs[name] = tensor  # a reused module keeps its last call
+            if not tensor.requires_grad:
+                return None
+            copy = tensor.clone()
+            if isinstance(output, tuple):
+                return (copy, *output[1:])
+            if isinstance(output, list):
+                return [copy, *output[1:]]
+            return copy
+
+        return hook
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        """Run the model with a graph; the input requires grad so frozen models work too."""
+        self.outputs.clear()
+        x = x.detach().clone().requires_grad_(True)
+        logits = self.model(x)
+        logits = _first_tensor(logits.logits if hasattr(logits, "logits") else logits)
+        if logits is None or logits.dim() != 2:
+            raise LayerError(f"{self.model_name} does not return class scores of shape (N, classes)")
+        missing = [layer.name for layer in self.layers if layer.name not in self.outputs]
+        if missing:
+            raise LayerError(
+                f"layer '{missing[0]}' never ran in the forward pass of {self.model_name} "
+                "(it is defined but unused); pick another with: gradcam layers MODEL"
+            )
+        return logits
+
+    def activations(self) -> "list[torch.Tensor]":
+        return [self.outputs[layer.name].detach() for layer in self.layers]
+
+    def gradients(self, score: "torch.Tensor", retain_graph: bool) -> "list[torch.Tensor]":
+        """d(score)/d(each target layer's output); no parameter gradient is computed."""
+        import torch
+
+        outputs = [self.outputs[layer.name] for layer in self.layers]
+        for layer, output in zip(self.layers, outputs):
+            if not output.requires_grad:
+                raise LayerError(f"the target score does not depend on layer '{layer.name}' (its output has no gradient)")
+        grads = torch.autograd.grad(score, outputs, retain_graph=retain_graph, allow_unused=True)
+        for layer, grad in zip(self.layers, grads):
+            if grad is None:
+                raise LayerError(
+                    f"the target score does not depend on layer '{layer.name}' of {self.model_name}; "
+                    "pick a layer the classifier's output is computed from"
+                )
+        return [g.detach() for g in grads]

@@ -1,0 +1,150 @@
+"""Image files in, overlay PNGs out: decoding any mode, colormaps, atomic writes.
+
+Knows files and pixels, not models. Every image is loaded upright (EXIF
+orientation applied) as 8-bit RGB, and every file is written under a
+temporary name and renamed, so an interrupted run leaves no half-written file.
+"""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+
+
+class Colormap(str, Enum):
+    jet = "jet"
+    turbo = "turbo"
+    viridis = "viridis"
+    inferno = "inferno"
+    magma = "magma"
+    plasma = "plasma"
+    hot = "hot"
+    gray = "gray"
+
+
+def _to_uint8(array: np.ndarray) -> np.ndarray:
+    """16-bit and float images → 8 bits, keeping the full range visible."""
+    if array.dtype == np.uint8:
+        return array
+    if array.dtype.kind == "b":
+        return array.astype(np.uint8) * 255
+    if array.dtype.kind == "f":
+        scale = 255.0 if float(np.nanmax(array, initial=0.0)) <= 1.0 else 1.0
+        return np.clip(np.nan_to_num(array) * scale, 0, 255).astype(np.uint8)
+    top = 65535 if int(array.max(initial=0)) > 255 else 255
+    return np.clip(array.astype(np.float64) * (255.0 / top), 0, 255).round().astype(np.uint8)
+
+
+def _pil_to_rgb(image: "object") -> np.ndarray:
+    from PIL import Image
+
+    assert isinstance(image, Image.Image)
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        rgba = image.convert("RGBA")
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return np.asarray(Image.alpha_composite(white, rgba).convert("RGB"))
+    if image.mode in ("I", "I;16", "I;16B", "I;16L", "I;16N", "F"):
+        gray = _to_uint8(np.asarray(image))
+        return np.repeat(gray[..., None], 3, axis=2)
+    return np.asarray(image.convert("RGB"))
+
+
+def load_image(path: Path) -> np.ndarray:
+    """An upright 8-bit RGB array (H, W, 3); any failure is an InputError for this image."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            image.seek(0)  # animated GIF, multi-page TIFF: the first frame
+            upright = ImageOps.exif_transpose(image)
+            rgb = _pil_to_rgb(upright if upright is not None else image)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder, not an image (add it without a file name to scan it)") from None
+    except PermissionError:
+        raise InputError(f"{path}: permission denied") from None
+    except UnidentifiedImageError:
+        raise InputError(f"{path}: not an image file Pillow can read (empty, truncated or another format)") from None
+    except Image.DecompressionBombError as error:
+        raise InputError(f"{path}: refused, too many pixels ({error})") from None
+    except (OSError, ValueError, SyntaxError) as error:
+        raise InputError(f"{path}: cannot decode image ({str(error).strip() or type(error).__name__})") from None
+    if rgb.ndim != 3 or rgb.shape[0] < 1 or rgb.shape[1] < 1:
+        raise InputError(f"{path}: image has no pixels")
+    return np.ascontiguousarray(rgb)
+
+
+def colorize(cam: np.ndarray, colormap: Colormap = Colormap.jet) -> np.ndarray:
+    """A map in [0, 1] → RGB uint8 heat map."""
+    import cv2
+
+    codes = {
+        Colormap.jet: cv2.COLORMAP_JET,
+        Colormap.turbo: cv2.COLORMAP_TURBO,
+        Colormap.viridis: cv2.COLORMAP_VIRIDIS,
+        Colormap.inferno: cv2.COLORMAP_INFERNO,
+        Colormap.magma: cv2.COLORMAP_MAGMA,
+        Colormap.plasma: cv2.COLORMAP_PLASMA,
+        Colormap.hot: cv2.COLORMAP_HOT,
+    }
+    levels = np.clip(np.nan_to_num(cam) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    if colormap == Colormap.gray:
+        return np.repeat(levels[..., None], 3, axis=2)
+    bgr = cv2.applyColorMap(levels, codes[Colormap(colormap)])
+    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+
+
+def overlay(image: np.ndarray, cam: np.ndarray, colormap: Colormap = Colormap.jet, alpha: float = 0.5) -> np.ndarray:
+    """Blend the heat map over the photo: alpha is the heat map's weight."""
+    heat = colorize(cam, colormap).astype(np.float32)
+    blended = (1.0 - alpha) * image.astype(np.float32) + alpha * heat
+    return np.clip(blended + 0.5, 0, 255).astype(np.uint8)
+
+
+def encode_png(rgb: np.ndarray) -> bytes:
+    import cv2
+
+    ok, data = cv2.imencode(".png", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 3])
+    if not ok:
+        raise OSError("PNG encoding failed")
+    return data.tobytes()
+
+
+def encode_npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array.astype(np.float32), allow_pickle=False)
+    return buffer.getvalue()
+
+
+def _file_mode() -> int:
+    """The mode a plain open() would give (mkstemp's 0600 would hide outputs from others)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+FILE_MODE = _file_mode()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same folder, then rename over the target."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(temp, FILE_MODE)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,178 @@
+"""Layer outputs in any layout → N×C×H×W, so no user writes a reshape function.
+
+Handles channels-first maps, channels-last maps (Swin, ConvNeXt block
+internals, `output_fmt='NHWC'`) and token sequences with prefix tokens (class,
+distillation, register tokens). The grid comes from the real input size, so
+non-square and resized inputs work. When the shape alone cannot decide, the
+error says so and `--grid HxW` settles it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import LayoutError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+MAX_PREFIX_TOKENS = 16
+STRIDE_RATIO_LIMIT = 1.5  # how far the row and column strides may disagree
+
+
+@dataclass(frozen=True)
+class LayoutHints:
+    """What the model and the user tell us beyond the tensor's shape."""
+
+    num_prefix_tokens: int | None = None
+    grid: tuple[int, int] | None = None
+    channels_dim: int | None = None  # 1 or -1 when the module type implies it
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one layer's output maps onto N×C×H×W."""
+
+    kind: str  # "NCHW", "NHWC" or "NLC"
+    grid: tuple[int, int]
+    prefix_tokens: int = 0
+
+    def describe(self) -> str:
+        h, w = self.grid
+        if self.kind == "NLC":
+            return f"NLC tokens, {self.prefix_tokens} prefix + {h}x{w} grid"
+        return f"{self.kind} {h}x{w}"
+
+    def to_nchw(self, t: "torch.Tensor") -> "torch.Tensor":
+        if self.kind == "NCHW":
+            return t
+        if self.kind == "NHWC":
+            return t.permute(0, 3, 1, 2)
+        h, w = self.grid
+        return t[:, self.prefix_tokens :, :].reshape(t.shape[0], h, w, t.shape[-1]).permute(0, 3, 1, 2)
+
+
+def channels_dim_hint(module: "nn.Module") -> int | None:
+    """Module types that fix where the channels are, whatever the shape says."""
+    from torch import nn
+
+    name = type(module).__name__
+    if isinstance(module, (nn.Conv2d, nn.BatchNorm2d, nn.GroupNorm, nn.MaxPool2d, nn.AvgPool2d)):
+        return 1
+    if name.endswith("2d") or name.endswith("2D"):
+        return 1
+    if isinstance(module, (nn.LayerNorm, nn.Linear)):
+        return -1
+    fmt = getattr(module, "output_fmt", None)
+    if fmt is not None and str(getattr(fmt, "value", fmt)).upper() == "NHWC":
+        return -1
+    return None
+
+
+def plausible_grid(h: int, w: int, input_hw: tuple[int, int]) -> bool:
+    """A spatial size that some downsampling of the input could have produced."""
+    in_h, in_w = input_hw
+    if h < 1 or w < 1 or h > in_h or w > in_w:
+        return False
+    stride_h, stride_w = in_h / h, in_w / w
+    ratio = max(stride_h, stride_w) / min(stride_h, stride_w)
+    # small maps round a lot: 5x4 from 160x120 is fine
+    slack = 1.0 + 1.0 / min(h, w)
+    return ratio <= STRIDE_RATIO_LIMIT * slack
+
+
+def parse_grid(text: str) -> tuple[int, int]:
+    """`14x14` or `14` → (14, 14)."""
+    parts = text.lower().replace("×", "x").split("x")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) == 1:
+        values = values * 2
+    if len(values) != 2 or min(values) < 1:
+        raise LayoutError(f"--grid '{text}' is not a size like 14x14 (rows x columns of the layer's tokens)")
+    return values[0], values[1]
+
+
+def _shape_text(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+def detect_layout(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutHints, layer: str = "") -> Layout:
+    """Decide the layout of one layer output from its shape, the input size and hints."""
+    where = f"layer '{layer}' output {_shape_text(shape)}" if layer else f"output {_shape_text(shape)}"
+    if len(shape) == 4:
+        return _detect_4d(shape, input_hw, hints, where)
+    if len(shape) == 3:
+        return _detect_tokens(shape, input_hw, hints, where)
+    raise LayoutError(
+        f"{where} has no spatial dimensions; choose a layer that outputs a map or tokens "
+        "(see: gradcam layers MODEL)"
+    )
+
+
+def _detect_4d(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutHints, where: str) -> Layout:
+    nchw, nhwc = (shape[2], shape[3]), (shape[1], shape[2])
+    if hints.grid is not None:
+        if nchw == hints.grid:
+            return Layout("NCHW", nchw)
+        if nhwc == hints.grid:
+            return Layout("NHWC", nhwc)
+        raise LayoutError(f"{where} has no {hints.grid[0]}x{hints.grid[1]} grid; check --grid")
+    if hints.channels_dim == 1 and plausible_grid(*nchw, input_hw):
+        return Layout("NCHW", nchw)
+    if hints.channels_dim == -1 and plausible_grid(*nhwc, input_hw):
+        return Layout("NHWC", nhwc)
+    candidates = [Layout(k, g) for k, g in (("NCHW", nchw), ("NHWC", nhwc)) if plausible_grid(*g, input_hw)]
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise LayoutError(f"{where} matches no spatial grid of the {input_hw[0]}x{input_hw[1]} input; pass --grid HxW")
+    if nchw == nhwc:  # C == H == W: both readings give the same grid; channels-first is the torch convention
+        return Layout("NCHW", nchw)
+    raise LayoutError(
+        f"{where} could be channels-first ({nchw[0]}x{nchw[1]} grid) or channels-last "
+        f"({nhwc[0]}x{nhwc[1]} grid); pass --grid HxW to say which"
+    )
+
+
+def _token_grid(count: int, input_hw: tuple[int, int]) -> tuple[int, int] | None:
+    """The factorisation of `count` tokens whose shape best follows the input's aspect."""
+    if count < 1:
+        return None
+    in_h, in_w = input_hw
+    best: tuple[float, tuple[int, int]] | None = None
+    for h in range(1, int(math.isqrt(count)) + 1):
+        if count % h:
+            continue
+        for gh, gw in ((h, count // h), (count // h, h)):
+            if not plausible_grid(gh, gw, input_hw):
+                continue
+            error = abs(math.log((in_h / gh) / (in_w / gw)))
+            if best is None or error < best[0]:
+                best = (error, (gh, gw))
+    return best[1] if best else None
+
+
+def _detect_tokens(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutHints, where: str) -> Layout:
+    tokens = shape[1]
+    if hints.grid is not None:
+        prefix = tokens - hints.grid[0] * hints.grid[1]
+        if prefix < 0:
+            raise LayoutError(f"{where} has {tokens} tokens, fewer than the {hints.grid[0]}x{hints.grid[1]} of --grid")
+        return Layout("NLC", hints.grid, prefix)
+    order = list(range(MAX_PREFIX_TOKENS + 1))
+    if hints.num_prefix_tokens is not None and hints.num_prefix_tokens in order:
+        order.remove(hints.num_prefix_tokens)
+        order.insert(0, hints.num_prefix_tokens)
+    for prefix in order:
+        grid = _token_grid(tokens - prefix, input_hw)
+        if grid is not None:
+            return Layout("NLC", grid, prefix)
+    raise LayoutError(
+        f"{where} looks like {tokens} tokens but no grid of the {input_hw[0]}x{input_hw[1]} input fits; "
+        "pass --grid HxW (rows x columns of patch tokens)"
+    )

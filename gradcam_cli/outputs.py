@@ -1,0 +1,79 @@
+"""Output names and the JSON record written for every input.
+
+Names mirror the input's relative path under the output folder
+(`photos/a/cat.jpg` → `OUT/a/cat.gradcam.png`), never leave it, and never
+name an input. Records are frozen dataclasses with `to_json()`: one line per
+image on stdout, with the settings needed to reproduce the run.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePath
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TargetRecord:
+    class_index: int
+    class_name: str | None
+    score: float
+    probability: float
+    blank: bool
+    overlay: str | None = None
+    raw: str | None = None
+
+
+@dataclass(frozen=True)
+class ImageRecord:
+    input: str
+    ok: bool
+    error: str | None = None
+    model: str | None = None
+    layers: list[str] = field(default_factory=list)
+    method: str | None = None
+    device: str | None = None
+    width: int | None = None
+    height: int | None = None
+    class_index: int | None = None
+    class_name: str | None = None
+    score: float | None = None
+    probability: float | None = None
+    blank: bool | None = None
+    outputs: list[str] = field(default_factory=list)
+    targets: list[TargetRecord] = field(default_factory=list)
+    topk: list[dict[str, Any]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, allow_nan=False)
+
+
+class OutputNamer:
+    """Claims one output name per (input, class); a second input with the same stem keeps its suffix."""
+
+    def __init__(self, output_dir: Path, method: str) -> None:
+        self.output_dir = output_dir
+        self.method = method
+        self._claimed: set[PurePath] = set()
+
+    def base_for(self, relative: PurePath) -> PurePath:
+        parts = [p for p in relative.parts if p not in ("..", ".", "/", "")] or ["image"]
+        relative = PurePath(*parts)
+        base = relative.with_suffix("") if relative.suffix else relative
+        if base in self._claimed:
+            base = relative.with_name(relative.name.replace(".", "_"))
+        counter = 1
+        candidate = base
+        while candidate in self._claimed:
+            counter += 1
+            candidate = base.with_name(f"{base.name}_{counter}")
+        self._claimed.add(candidate)
+        return candidate
+
+    def paths(self, base: PurePath, class_index: int | None, raw: bool) -> tuple[Path, Path | None]:
+        """The overlay path and, with --save-raw, the .npy beside it."""
+        suffix = f".{self.method}" + (f".class{class_index}" if class_index is not None else "")
+        overlay = self.output_dir / base.with_name(base.name + suffix + ".png")
+        npy = self.output_dir / base.with_name(base.name + suffix + ".npy") if raw else None
+        return overlay, npy

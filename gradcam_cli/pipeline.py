@@ -1,0 +1,291 @@
+"""The batch engine: sources → decoded batches → maps → files and records.
+
+The model is built and its layers resolved once; images stream through in
+batches of `batch_size`, so memory holds one batch, never the folder. A bad
+image becomes an error record and the rest go on; a bad layer or option stops
+the run before any file is written.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+import numpy as np
+
+from . import __version__
+from .errors import GradcamError, InputError
+from .images import Colormap, encode_npy, encode_png, load_image, overlay, write_atomic
+from .outputs import ImageRecord, OutputNamer, TargetRecord
+from .preprocess import Geometry, map_to_original, plan_geometry, to_input_array
+from .sources import Source
+
+if TYPE_CHECKING:
+    import torch
+
+    from .cams import CamBatch
+    from .layers import ResolvedLayer
+    from .methods import CamMethod
+    from .models import LoadedModel
+    from .targets import TargetChoice
+
+TOPK_IN_RECORD = 5
+
+
+@dataclass(frozen=True)
+class ExplainSettings:
+    """Everything a run needs, resolved from flags, a preset and defaults."""
+
+    model: str
+    pretrained: bool = True
+    weights: Path | None = None
+    labels: Path | None = None
+    layers: tuple[str, ...] = ()
+    method: str = "gradcam"
+    classes: tuple[str, ...] = ()
+    topk: int = 1
+    crop: bool = False
+    colormap: Colormap = Colormap.jet
+    alpha: float = 0.5
+    save_raw: bool = False
+    batch_size: int = 8
+    device: str = "auto"
+    grid: tuple[int, int] | None = None
+    output_dir: Path = Path("gradcam_out")
+    recursive: bool = False
+
+
+@dataclass
+class Summary:
+    done: int = 0
+    failed: int = 0
+    blank: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.done + self.failed
+
+
+@dataclass
+class _Item:
+    """One input on its way through a batch."""
+
+    source: Source
+    image: np.ndarray | None = None
+    geometry: Geometry | None = None
+    array: np.ndarray | None = None
+    error: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+class Explainer:
+    """Holds the model once and explains a stream of sources."""
+
+    def __init__(self, settings: ExplainSettings, warn: Callable[[str], None] = lambda _m: None) -> None:
+        from .layers import default_layer_paths, resolve_layers
+        from .methods import get_method
+        from .models import load_model, resolve_device
+        from .targets import target_choice
+
+        self.settings = settings
+        self.warn = warn
+        self.method: CamMethod = get_method(settings.method)
+        self.device = resolve_device(settings.device)
+        self.loaded: LoadedModel = load_model(
+            settings.model, pretrained=settings.pretrained, weights=settings.weights, labels=settings.labels
+        )
+        model = self.loaded.model
+        paths = list(settings.layers) or default_layer_paths(model, self.loaded.arch, self.loaded.source)
+        self.layers: list[ResolvedLayer] = resolve_layers(model, paths, self.loaded.name)
+        self.targets: TargetChoice = target_choice(settings.classes, settings.topk, self.loaded.class_names)
+        self.model = model.to(self.device)
+        self.namer = OutputNamer(settings.output_dir, self.method.name)
+        self.run_info = {
+            "model": self.loaded.name,
+            "layers": [layer.name for layer in self.layers],
+            "method": self.method.name,
+            "device": str(self.device),
+        }
+
+    # ------------------------------------------------------------- streaming
+
+    def run(self, sources: Iterable[Source], emit: Callable[[ImageRecord], None]) -> Summary:
+        summary = Summary()
+        for batch in self._batches(sources):
+            for record in self._explain_batch(batch):
+                summary.done += record.ok
+                summary.failed += not record.ok
+                summary.blank += bool(record.blank)
+                emit(record)
+        return summary
+
+    def _batches(self, sources: Iterable[Source]) -> Iterator[list[_Item]]:
+        """Decoded items, grouped so each batch holds `batch_size` images that can run."""
+        batch: list[_Item] = []
+        ready = 0
+        for source in sources:
+            item = self._decode(source)
+            batch.append(item)
+            ready += item.error is None
+            if ready >= self.settings.batch_size:
+                yield batch
+                batch, ready = [], 0
+        if batch:
+            yield batch
+
+    def _decode(self, source: Source) -> _Item:
+        item = _Item(source)
+        if source.error:
+            item.error = source.error
+            return item
+        try:
+            item.image = load_image(source.path)
+        except InputError as error:
+            item.error = str(error)
+            return item
+        height, width = item.image.shape[:2]
+        config = self.loaded.data_config
+        item.geometry = plan_geometry((height, width), config, crop=self.settings.crop)
+        item.array = to_input_array(item.image, item.geometry, config)
+        return item
+
+    # ------------------------------------------------------------- one batch
+
+    def _explain_batch(self, batch: list[_Item]) -> list[ImageRecord]:
+        ready = [item for item in batch if item.error is None]
+        cams = self._compute(ready) if ready else None
+        records = []
+        position = {id(item): i for i, item in enumerate(ready)}
+        for item in batch:
+            if item.error is not None:
+                records.append(self._error_record(item.source, item.error))
+                continue
+            try:
+                records.append(self._finish(item, cams, position[id(item)]))  # type: ignore[arg-type]
+            except (InputError, OSError) as error:
+                records.append(self._error_record(item.source, f"{item.source.path}: {error}"))
+            finally:
+                item.image = item.array = None
+        return records
+
+    def _compute(self, items: list[_Item]) -> "CamBatch":
+        import torch
+
+        from .cams import compute_cams
+
+        x = torch.from_numpy(np.stack([item.array for item in items])).to(self.device)
+        return compute_cams(
+            self.model,
+            x,
+            self.layers,
+            self.method,
+            self.targets,
+            num_prefix_tokens=self.loaded.num_prefix_tokens,
+            grid=self.settings.grid,
+            model_name=self.loaded.name,
+        )
+
+    def _class_name(self, index: int) -> str | None:
+        names = self.loaded.class_names
+        return names[index] if names and 0 <= index < len(names) else None
+
+    def _finish(self, item: _Item, cams: "CamBatch", row: int) -> ImageRecord:
+        """Write this image's overlays (and raw maps) and build its record."""
+        import torch
+
+        source, image, geometry = item.source, item.image, item.geometry
+        assert image is not None and geometry is not None
+        if not bool(cams.finite[row]):
+            raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
+        probabilities = torch.softmax(cams.logits[row].float(), dim=0)
+        base = self.namer.base_for(source.relative)
+        several = cams.targets.shape[1] > 1 or bool(self.targets.classes)
+        targets = [
+            self._write_target(item, cams, row, k, base, several, probabilities) for k in range(cams.targets.shape[1])
+        ]
+        top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
+        first = targets[0]
+        return ImageRecord(
+            input=str(source.path),
+            ok=True,
+            width=int(image.shape[1]),
+            height=int(image.shape[0]),
+            class_index=first.class_index,
+            class_name=first.class_name,
+            score=first.score,
+            probability=first.probability,
+            blank=any(t.blank for t in targets),
+            outputs=[t.overlay for t in targets if t.overlay],
+            targets=targets,
+            topk=[
+                {"index": int(i), "name": self._class_name(int(i)), "probability": round(float(p), 6)}
+                for p, i in zip(top.values, top.indices)
+            ],
+            **self._record_context(),
+        )
+
+    def _write_target(
+        self, item: _Item, cams: "CamBatch", row: int, k: int, base: PurePath, several: bool,
+        probabilities: "torch.Tensor",
+    ) -> TargetRecord:
+        """Map one class's CAM back onto the photo and write it."""
+        index = int(cams.targets[row, k])
+        blank = bool(cams.blank[row, k])
+        name = self._class_name(index)
+        if blank:
+            self.warn(
+                f"{item.source.path}: the map for class {index}{f' ({name})' if name else ''} is blank "
+                f"(no positive evidence at {', '.join(self.run_info['layers'])}); try another --layer or --class"
+            )
+        full = map_to_original(cams.maps[row, k], item.geometry)  # type: ignore[arg-type]
+        overlay_path, raw_path = self.namer.paths(base, index if several else None, self.settings.save_raw)
+        self._refuse_input(overlay_path, item.source)
+        write_atomic(overlay_path, encode_png(overlay(item.image, full, self.settings.colormap, self.settings.alpha)))  # type: ignore[arg-type]
+        if raw_path is not None:
+            self._refuse_input(raw_path, item.source)
+            write_atomic(raw_path, encode_npy(full))
+        return TargetRecord(
+            class_index=index,
+            class_name=name,
+            score=round(float(cams.logits[row, index]), 6),
+            probability=round(float(probabilities[index]), 6),
+            blank=blank,
+            overlay=str(overlay_path),
+            raw=str(raw_path) if raw_path is not None else None,
+        )
+
+    @staticmethod
+    def _refuse_input(path: Path, source: Source) -> None:
+        try:
+            same = path.exists() and path.resolve() == source.path.resolve()
+        except OSError:
+            same = False
+        if same:
+            raise InputError(f"output {path} would overwrite the input; choose another --output-dir")
+
+    def _record_context(self) -> dict[str, Any]:
+        return {
+            "model": self.run_info["model"],
+            "layers": self.run_info["layers"],
+            "method": self.run_info["method"],
+            "device": self.run_info["device"],
+            "settings": {
+                "preprocess": "crop" if self.settings.crop else "whole",
+                "pretrained": self.settings.pretrained and self.settings.weights is None,
+                "weights": str(self.settings.weights) if self.settings.weights else None,
+                "version": __version__,
+            },
+        }
+
+    def _error_record(self, source: Source, message: str) -> ImageRecord:
+        self.warn(message)
+        return ImageRecord(input=str(source.path), ok=False, error=message, **self._record_context())
+
+
+def explain(settings: ExplainSettings, sources: Iterable[Source], emit: Callable[[ImageRecord], None],
+            warn: Callable[[str], None]) -> Summary:
+    """Build the explainer once and run every source through it."""
+    return Explainer(settings, warn).run(sources, emit)
+
+
+__all__ = ["ExplainSettings", "Explainer", "Summary", "explain", "GradcamError"]
