@@ -78,8 +78,6 @@ PRESET_PARAMS = (
 
 def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Optional[Path]) -> dict[str, Any]:
     """Command-line values win; a preset fills what was left at its default."""
-    from click.core import ParameterSource
-
     if config is None:
         return given
     from .config import load_preset
@@ -87,7 +85,9 @@ def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Optional[Pa
     preset = load_preset(config)
     merged = dict(given)
     for name, value in preset.items():
-        if ctx.get_parameter_source(name) not in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT):
+        # compared by name: typer may ship its own copy of click's ParameterSource
+        source = getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+        if source not in ("COMMANDLINE", "ENVIRONMENT"):
             merged[name] = value
     return merged
 
@@ -319,7 +319,7 @@ def methods() -> int:
 
 def _usage_message(error: Any) -> str:
     message = error.format_message()
-    if message.startswith("No such command"):
+    if message.startswith("No such command") and "Did you mean" not in message:
         command = typer.main.get_command(app)
         names = list(getattr(command, "commands", {}))
         wrong = message.split("'")[1] if "'" in message else ""
@@ -329,10 +329,13 @@ def _usage_message(error: Any) -> str:
     return f"{message} (see: gradcam --help)"
 
 
+def _is_click_error(error: BaseException) -> bool:
+    """click's ClickException, whether from click itself or typer's bundled copy."""
+    return callable(getattr(error, "format_message", None)) and hasattr(error, "exit_code")
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: run the app, map every outcome to one exit code."""
-    import click
-
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     command = typer.main.get_command(app)
@@ -343,20 +346,18 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise
         print(f"gradcam: error: {error}", file=sys.stderr)
         code = error.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("gradcam: interrupted", file=sys.stderr)
         code = ExitCode.INTERRUPTED
-    except click.ClickException as error:
-        if debug:
-            raise
-        print(f"gradcam: error: {_usage_message(error)}", file=sys.stderr)
-        code = ExitCode.USAGE
     except KeyboardInterrupt:
         print("gradcam: interrupted; files already written are complete", file=sys.stderr)
         code = ExitCode.INTERRUPTED
     except BrokenPipeError:
         code = ExitCode.OK
     except Exception as error:  # noqa: BLE001 - last line of defence
+        if _is_click_error(error) and not debug:
+            print(f"gradcam: error: {_usage_message(error)}", file=sys.stderr)
+            sys.exit(ExitCode.USAGE)
         if debug:
             raise
         print(f"gradcam: internal error: {type(error).__name__}: {error} (rerun with --debug for the traceback, and report it)", file=sys.stderr)
