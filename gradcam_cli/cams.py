@@ -35,13 +35,21 @@ class CamBatch:
 
 
 def normalise(maps: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Per-map min-max to [0, 1]; a flat map is blank and becomes zeros, never NaN."""
+    """Per-map min-max to [0, 1]; a flat map is blank and becomes zeros, never NaN.
+
+    Flatness is judged relative to the map's own magnitude, not in absolute
+    terms: a CAM scales with the score, and models with small gradients at the
+    layer (LayerScale ViTs such as timm's test_vit2 give spans near 1e-8) still
+    have a real pattern. An all-zero map (nothing survived the ReLU) stays blank.
+    """
+    import torch
+
     flat = maps.flatten(start_dim=-2)
     low = flat.min(dim=-1).values[..., None, None]
     high = flat.max(dim=-1).values[..., None, None]
     span = high - low
-    blank = (span <= EPSILON * high.abs().clamp(min=1.0)).squeeze(-1).squeeze(-1)
-    scaled = (maps - low) / (span + EPSILON)
+    blank = (span <= EPSILON * torch.maximum(high.abs(), low.abs())).squeeze(-1).squeeze(-1)
+    scaled = (maps - low) / span.masked_fill(span <= 0, 1.0)
     scaled = scaled.masked_fill(blank[..., None, None], 0.0)
     return scaled.clamp_(0.0, 1.0), blank
 
@@ -61,11 +69,17 @@ def layer_maps(
     layouts: Sequence[Layout],
     size: tuple[int, int],
 ) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """One map per image from several layers: each ReLU'd, upsampled, normalised, then averaged."""
+    """One map per image from several layers: each ReLU'd, normalised, upsampled, then averaged.
+
+    Each layer is normalised at its own resolution, before upsampling: bilinear
+    upsampling shaves a peak by an amount that depends on the layer's stride, so
+    normalising afterwards would weigh coarse layers by an interpolation artefact.
+    This is also pytorch-grad-cam's order, so multi-layer maps match the reference.
+    """
     per_layer = []
     for activation, gradient, layout in zip(activations, gradients, layouts):
         raw = method.compute(layout.to_nchw(activation).float(), layout.to_nchw(gradient).float())
-        per_layer.append(normalise(_upsample(raw.clamp(min=0), size))[0])
+        per_layer.append(_upsample(normalise(raw.clamp(min=0))[0], size))
     if len(per_layer) == 1:
         combined = per_layer[0]
     else:

@@ -209,13 +209,23 @@ def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines:
         if progress:
             progress.advance(record.ok)
 
-    sources = iter_sources(inputs, streams.stdin, settings.recursive, skip=settings.output_dir)
+    for text in inputs:  # named files are known before any output is written
+        if text != "-" and Path(text).is_file():
+            explainer.namer.protect(Path(text))
+    sources = _protected(iter_sources(inputs, streams.stdin, settings.recursive, skip=settings.output_dir), explainer.namer)
     try:
         summary = explainer.run(sources, emit)
     finally:
         if progress:
             progress.stop()
     return _finish(summary, settings, streams, quiet)
+
+
+def _protected(sources: Any, namer: Any) -> Any:
+    """Tell the namer each input as it streams by, so no output of this run replaces one."""
+    for source in sources:
+        namer.protect(source.path)
+        yield source
 
 
 def _finish(summary: Any, settings: Any, streams: Streams, quiet: bool) -> int:

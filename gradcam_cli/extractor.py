@@ -42,13 +42,15 @@ class LayerRecorder:
         self.model_name = model_name
         self.outputs: dict[str, torch.Tensor] = {}
         self._handles: list[Any] = []
-        self._was_training = model.training
+        self._modes: list[tuple[nn.Module, bool]] = []
         self._stack = ExitStack()
 
     def __enter__(self) -> "LayerRecorder":
         import torch
 
-        self._was_training = self.model.training
+        # per module, not just the root: `model.train(flag)` would undo a
+        # fine-tuning setup such as a train-mode model with frozen (eval) BatchNorm
+        self._modes = [(module, module.training) for module in self.model.modules()]
         try:
             for layer in self.layers:
                 self._handles.append(layer.module.register_forward_hook(self._hook_for(layer.name)))
@@ -70,7 +72,9 @@ class LayerRecorder:
             handle.remove()
         self._handles.clear()
         self.outputs.clear()
-        self.model.train(self._was_training)
+        for module, training in self._modes:
+            module.training = training
+        self._modes.clear()
 
     def _hook_for(self, name: str) -> Any:
         def hook(_module: "nn.Module", _inputs: Any, output: Any) -> Any:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 MAX_PREFIX_TOKENS = 16
 STRIDE_RATIO_LIMIT = 1.5  # how far the row and column strides may disagree
+CLEAR_ASPECT_MARGIN = 0.1  # log-ratio by which one reading must follow the input's aspect better
 
 
 @dataclass(frozen=True)
@@ -133,17 +134,24 @@ def _detect_4d(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutH
         raise LayoutError(f"{where} matches no spatial grid of the {input_hw[0]}x{input_hw[1]} input; pass --grid HxW")
     if nchw == nhwc:  # C == H == W: both readings give the same grid; channels-first is the torch convention
         return Layout("NCHW", nchw)
+    errors = sorted((_aspect_error(c.grid, input_hw), i) for i, c in enumerate(candidates))
+    if errors[1][0] - errors[0][0] > CLEAR_ASPECT_MARGIN:
+        return candidates[errors[0][1]]  # only one reading has the input's proportions
     raise LayoutError(
         f"{where} could be channels-first ({nchw[0]}x{nchw[1]} grid) or channels-last "
         f"({nhwc[0]}x{nhwc[1]} grid); pass --grid HxW to say which"
     )
 
 
+def _aspect_error(grid: tuple[int, int], input_hw: tuple[int, int]) -> float:
+    """How far a grid's row and column strides disagree (0: the grid follows the input's aspect)."""
+    return abs(math.log((input_hw[0] / grid[0]) / (input_hw[1] / grid[1])))
+
+
 def _token_grid(count: int, input_hw: tuple[int, int]) -> tuple[int, int] | None:
     """The factorisation of `count` tokens whose shape best follows the input's aspect."""
     if count < 1:
         return None
-    in_h, in_w = input_hw
     best: tuple[float, tuple[int, int]] | None = None
     for h in range(1, int(math.isqrt(count)) + 1):
         if count % h:
@@ -151,7 +159,7 @@ def _token_grid(count: int, input_hw: tuple[int, int]) -> tuple[int, int] | None
         for gh, gw in ((h, count // h), (count // h, h)):
             if not plausible_grid(gh, gw, input_hw):
                 continue
-            error = abs(math.log((in_h / gh) / (in_w / gw)))
+            error = _aspect_error((gh, gw), input_hw)
             if best is None or error < best[0]:
                 best = (error, (gh, gw))
     return best[1] if best else None
@@ -164,15 +172,32 @@ def _detect_tokens(shape: tuple[int, ...], input_hw: tuple[int, int], hints: Lay
         if prefix < 0:
             raise LayoutError(f"{where} has {tokens} tokens, fewer than the {hints.grid[0]}x{hints.grid[1]} of --grid")
         return Layout("NLC", hints.grid, prefix)
-    order = list(range(MAX_PREFIX_TOKENS + 1))
-    if hints.num_prefix_tokens is not None and hints.num_prefix_tokens in order:
-        order.remove(hints.num_prefix_tokens)
-        order.insert(0, hints.num_prefix_tokens)
-    for prefix in order:
-        grid = _token_grid(tokens - prefix, input_hw)
+    if hints.num_prefix_tokens is not None:
+        grid = _token_grid(tokens - hints.num_prefix_tokens, input_hw)
         if grid is not None:
-            return Layout("NLC", grid, prefix)
+            return Layout("NLC", grid, hints.num_prefix_tokens)
+    guess = _guess_prefix(tokens, input_hw)
+    if guess is not None:
+        return guess
     raise LayoutError(
         f"{where} looks like {tokens} tokens but no grid of the {input_hw[0]}x{input_hw[1]} input fits; "
         "pass --grid HxW (rows x columns of patch tokens)"
     )
+
+
+def _guess_prefix(tokens: int, input_hw: tuple[int, int]) -> Layout | None:
+    """Without a usable hint, the prefix count whose grid best follows the input's aspect.
+
+    Taking the smallest prefix that factorises at all is wrong for register
+    tokens: 1 class + 4 registers on a 16x16 grid (261 tokens at 224x224) also
+    factorise as 1 prefix + a 13x20 grid. Ties go to the fewer prefix tokens.
+    """
+    best: tuple[float, Layout] | None = None
+    for prefix in range(MAX_PREFIX_TOKENS + 1):
+        grid = _token_grid(tokens - prefix, input_hw)
+        if grid is None:
+            continue
+        error = _aspect_error(grid, input_hw)
+        if best is None or error < best[0] - 1e-9:
+            best = (error, Layout("NLC", grid, prefix))
+    return best[1] if best else None

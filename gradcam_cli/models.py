@@ -6,7 +6,9 @@ user's checkpoint safely and turns their failures into one-line messages.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -325,13 +327,25 @@ def _split_name(name: str) -> tuple[str, str]:
     return "timm", name
 
 
+def _seed_random_init() -> None:
+    """Random weights are the same on every run, so --no-pretrained results reproduce."""
+    import torch
+
+    torch.manual_seed(0)
+
+
 def build_model(name: str, pretrained: bool = True, num_classes: int | None = None) -> tuple["nn.Module", str, str]:
     """The bare module, its source ('timm'/'torchvision') and architecture name."""
     source, arch = _split_name(name.strip())
     if not arch:
         raise UsageError("--model is empty; name a timm model, 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
     build = _build_torchvision if source == "torchvision" else _build_timm
-    return build(arch, pretrained, num_classes), source, arch
+    if not pretrained:
+        _seed_random_init()
+    # torch.hub announces a download on stdout ('Downloading: "..." to ...'),
+    # which would corrupt the JSON Lines there; stdout is for results only.
+    with contextlib.redirect_stdout(sys.stderr):
+        return build(arch, pretrained, num_classes), source, arch
 
 
 def load_model(

@@ -12,6 +12,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
 
+from .errors import InputError
+
 
 @dataclass(frozen=True)
 class TargetRecord:
@@ -56,6 +58,22 @@ class OutputNamer:
         self.output_dir = output_dir
         self.method = method
         self._claimed: set[PurePath] = set()
+        self._inputs: set[Path] = set()
+        self._root = output_dir.resolve()
+
+    def protect(self, path: Path) -> None:
+        """Remember an input of this run that lies under the output folder.
+
+        Another input's output name can be this file (`a.png` → `a.gradcam.png`
+        when `a.gradcam.png` is also an input and --output-dir is its folder);
+        only inputs under the output folder can be hit, so only those are kept.
+        """
+        try:
+            resolved = path.resolve()
+        except OSError:
+            return
+        if resolved.is_relative_to(self._root):
+            self._inputs.add(resolved)
 
     def base_for(self, relative: PurePath) -> PurePath:
         parts = [p for p in relative.parts if p not in ("..", ".", "/", "")] or ["image"]
@@ -76,4 +94,7 @@ class OutputNamer:
         suffix = f".{self.method}" + (f".class{class_index}" if class_index is not None else "")
         overlay = self.output_dir / base.with_name(base.name + suffix + ".png")
         npy = self.output_dir / base.with_name(base.name + suffix + ".npy") if raw else None
+        for path in (overlay, npy):
+            if path is not None and self._inputs and path.resolve() in self._inputs:
+                raise InputError(f"output {path} would overwrite an input of this run; choose another --output-dir")
         return overlay, npy

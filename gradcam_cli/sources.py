@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Iterable, Iterator, TextIO
+
+from .methods import method_names
 
 IMAGE_SUFFIXES = frozenset(
     {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm", ".jfif"}
 )
 GLOB_CHARS = set("*?[")
+# what OutputNamer writes: NAME.METHOD.png or NAME.METHOD.classN.png
+OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in method_names()) + r")(\.class\d+)?\.png$")
 
 
 @dataclass(frozen=True)
@@ -55,9 +60,11 @@ def _is_strictly_inside(inner: Path, outer: Path) -> bool:
 def _scan_folder(folder: Path, recursive: bool, skip: Path | None) -> Iterator[Source]:
     """Image files of a folder in sorted order; symlinked folders are not followed (no loops).
 
-    The output folder is skipped when it lies inside the scanned folder, so a
-    re-run does not explain its own overlays.
+    The output folder is skipped when it lies inside the scanned folder, and
+    our own overlays are skipped when the output folder is the scanned one, so
+    a re-run neither explains nor overwrites its own outputs.
     """
+    own_outputs = skip
     if skip is not None and not _is_strictly_inside(skip, folder):
         skip = None
     for root, dirs, files in os.walk(folder, followlinks=False):
@@ -65,8 +72,11 @@ def _scan_folder(folder: Path, recursive: bool, skip: Path | None) -> Iterator[S
         dirs[:] = sorted(d for d in dirs if recursive and not _is_inside(root_path / d, skip))
         for name in sorted(files):
             path = root_path / name
-            if path.suffix.lower() in IMAGE_SUFFIXES and not _is_inside(path, skip):
-                yield Source(path, PurePath(os.path.relpath(path, folder)))
+            if path.suffix.lower() not in IMAGE_SUFFIXES or _is_inside(path, skip):
+                continue
+            if OUTPUT_NAME.search(name) and _is_inside(path, own_outputs):
+                continue
+            yield Source(path, PurePath(os.path.relpath(path, folder)))
         if not recursive:
             break
 

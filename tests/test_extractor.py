@@ -1,0 +1,277 @@
+"""The extractor leaves the model exactly as found and survives what breaks other CAM tools.
+
+Hooks, train/eval flags (per module), parameter `.grad` and `requires_grad`
+and buffers are compared before and after, on success and on errors; then the
+bug-tracker classics: in-place ReLU, `no_grad`, `inference_mode`, frozen
+models, layers that never run or that the score ignores, a reused ReLU.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import gradcam_cli
+from gradcam_cli.errors import GradcamError, LayerError
+
+timm = pytest.importorskip("timm")
+
+HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core box 2 threads spin for ages."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def seeded(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def snapshot(model: nn.Module) -> dict[str, Any]:
+    """Everything a CAM call could leave behind on a model."""
+    return {
+        "hooks": {(name, d): len(getattr(m, d, {})) for name, m in model.named_modules() for d in HOOK_DICTS},
+        "training": {name: m.training for name, m in model.named_modules()},
+        "requires_grad": {name: p.requires_grad for name, p in model.named_parameters()},
+        "grad": {name: p.grad is None for name, p in model.named_parameters()},
+        "state": {k: v.clone() for k, v in model.state_dict().items()},
+    }
+
+
+def assert_as_found(model: nn.Module, before: dict[str, Any]) -> None:
+    after = snapshot(model)
+    assert after["hooks"] == before["hooks"]
+    assert all(n == 0 for n in after["hooks"].values()), "a hook was left on the model"
+    assert after["training"] == before["training"]
+    assert after["requires_grad"] == before["requires_grad"]
+    assert after["grad"] == before["grad"]
+    assert after["state"].keys() == before["state"].keys()
+    for key, value in before["state"].items():
+        assert torch.equal(after["state"][key], value), f"{key} changed"
+
+
+def tiny_resnet(training: bool = False) -> nn.Module:
+    torch.manual_seed(0)
+    return timm.create_model("test_resnet", pretrained=False).train(training)
+
+
+class SmallCnn(nn.Module):
+    """conv → ReLU → conv → ReLU → pool → fc; optionally with a side branch or an unused layer."""
+
+    def __init__(self, inplace: bool = False, side_branch: bool = False, detached_side: bool = False) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.act1 = nn.ReLU(inplace=inplace)
+        self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+        self.act2 = nn.ReLU(inplace=inplace)
+        self.unused = nn.Conv2d(16, 16, 1)  # defined, never called
+        self.side = nn.Conv2d(8, 4, 1)
+        self.fc = nn.Linear(16, 5)
+        self.side_branch = side_branch
+        self.detached_side = detached_side
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.act1(self.conv1(x))
+        if self.side_branch:
+            self.side(a.detach() if self.detached_side else a)  # computed, then thrown away
+        b = self.act2(self.conv2(a))
+        return self.fc(b.mean(dim=(2, 3)))
+
+
+class RaisingModel(nn.Module):
+    """The target layer runs, then the forward fails."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = SmallCnn()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.body.act1(self.body.conv1(x))
+        raise RuntimeError("boom inside forward")
+
+
+# -- the model is left as found ------------------------------------------------
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_success_leaves_model_as_found(training: bool) -> None:
+    model = tiny_resnet(training)
+    before = snapshot(model)
+    maps = gradcam_cli.cam(model, seeded(0, 2, 3, 64, 64), ["layer3", "layer4"])
+    assert maps.shape == (2, 64, 64) and torch.isfinite(maps).all()
+    assert model.training is training
+    assert_as_found(model, before)  # in train mode: BatchNorm running stats untouched too
+
+
+def test_mixed_train_eval_flags_are_restored_per_module() -> None:
+    """A fine-tuning setup: train mode with frozen (eval) BatchNorm must come back as it was."""
+    model = tiny_resnet(training=True)
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.eval()
+    before = snapshot(model)
+    gradcam_cli.cam(model, seeded(1, 1, 3, 64, 64), "layer4")
+    assert_as_found(model, before)
+    assert not model.bn1.training and model.layer1.training
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
+def test_bad_class_index_leaves_model_as_found(training: bool) -> None:
+    model = tiny_resnet(training)
+    before = snapshot(model)
+    with pytest.raises(GradcamError, match="out of range"):
+        gradcam_cli.cam(model, seeded(2, 2, 3, 64, 64), "layer4", classes=[0, 5000])
+    assert_as_found(model, before)
+
+
+def test_forward_that_raises_leaves_model_as_found() -> None:
+    torch.manual_seed(0)
+    model = RaisingModel().train()
+    before = snapshot(model)
+    with pytest.raises(RuntimeError, match="boom inside forward"):
+        gradcam_cli.cam(model, seeded(3, 1, 3, 32, 32), "body.conv1")
+    assert_as_found(model, before)
+    assert model.training
+
+
+def test_parameter_grads_stay_none_and_requires_grad_unchanged() -> None:
+    model = tiny_resnet()
+    model.layer1.requires_grad_(False)  # a mix of frozen and trainable parameters
+    before = snapshot(model)
+    gradcam_cli.cam(model, seeded(4, 2, 3, 64, 64), "layer4")
+    assert all(p.grad is None for p in model.parameters())
+    assert_as_found(model, before)
+
+
+# -- maps that other tools get wrong ---------------------------------------------
+
+
+def _same_weights(inplace: bool, source: nn.Module | None = None) -> nn.Module:
+    model = SmallCnn(inplace=inplace).eval()
+    if source is not None:
+        model.load_state_dict(source.state_dict())
+    return model
+
+
+def test_inplace_relu_after_target_layer_does_not_corrupt_the_map() -> None:
+    torch.manual_seed(0)
+    plain = _same_weights(inplace=False)
+    inplace = _same_weights(inplace=True, source=plain)
+    x = seeded(5, 2, 3, 32, 32)
+    expected = gradcam_cli.cam(plain, x, "conv1")
+    got = gradcam_cli.cam(inplace, x, "conv1")
+    assert expected.flatten(1).amax(dim=1).min() > 0.99  # a real map
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    # the ReLU really did clip the layer's output: conv1 has negative values
+    assert (plain.conv1(x) < 0).any()
+
+
+def _manual_block_cam(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """Grad-CAM of torchvision resnet18's `layer4.1.bn2` by hand, without hooks.
+
+    That output is followed by `out += identity` (in place), then the shared ReLU.
+    """
+    import torch.nn.functional as F
+
+    m = model
+    with torch.enable_grad():
+        h = m.maxpool(m.relu(m.bn1(m.conv1(x))))
+        h = m.layer4[0](m.layer3(m.layer2(m.layer1(h))))
+        block = m.layer4[1]
+        act = block.bn2(block.conv2(block.relu(block.bn1(block.conv1(h)))))
+        logits = m.fc(torch.flatten(m.avgpool(F.relu(act + h)), 1))
+        score = logits.gather(1, logits.argmax(dim=1, keepdim=True)).sum()
+        (grad,) = torch.autograd.grad(score, act)
+    raw = (grad.mean(dim=(2, 3), keepdim=True) * act.detach()).sum(dim=1).clamp(min=0)
+    flat = raw.flatten(1)
+    raw = (raw - flat.amin(1)[:, None, None]) / (flat.amax(1) - flat.amin(1))[:, None, None]
+    up = F.interpolate(raw[:, None], size=x.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
+    flat = up.flatten(1)
+    return (up - flat.amin(1)[:, None, None]) / (flat.amax(1) - flat.amin(1))[:, None, None]
+
+
+def test_inplace_add_after_target_layer_matches_a_hand_computed_map() -> None:
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None).eval()
+    x = seeded(6, 1, 3, 64, 96)
+    ours = gradcam_cli.cam(model, x, "layer4.1.bn2")
+    torch.testing.assert_close(ours, _manual_block_cam(model, x), atol=1e-5, rtol=0)
+
+
+def test_reused_relu_module_works_and_keeps_its_last_call() -> None:
+    """torchvision's BasicBlock calls one `self.relu` twice; its last call is the block's output."""
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None).eval()
+    x = seeded(7, 2, 3, 64, 64)
+    before = snapshot(model)
+    block = gradcam_cli.cam(model, x, "layer4.1")
+    shared_relu = gradcam_cli.cam(model, x, "layer4.1.relu")
+    assert torch.isfinite(block).all() and block.flatten(1).amax(dim=1).min() > 0.99
+    torch.testing.assert_close(shared_relu, block, atol=1e-6, rtol=0)
+    assert_as_found(model, before)
+
+
+@pytest.mark.parametrize("context", ["no_grad", "inference_mode"])
+def test_grad_disabled_contexts_give_the_same_map(context: str) -> None:
+    model = tiny_resnet()
+    x = seeded(8, 2, 3, 64, 64)
+    expected = gradcam_cli.cam(model, x, "layer4")
+    with getattr(torch, context)():
+        x_inside = x.clone()  # under inference_mode this is an inference tensor
+        got = gradcam_cli.cam(model, x_inside, "layer4")
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+
+
+def test_fully_frozen_model_still_works() -> None:
+    model = tiny_resnet()
+    x = seeded(9, 2, 3, 64, 64)
+    expected = gradcam_cli.cam(model, x, "layer4")
+    frozen = copy.deepcopy(model).requires_grad_(False)
+    before = snapshot(frozen)
+    got = gradcam_cli.cam(frozen, x, "layer4")
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    assert not any(p.requires_grad for p in frozen.parameters())
+    assert_as_found(frozen, before)
+
+
+def test_input_tensor_is_not_modified() -> None:
+    model = tiny_resnet()
+    x = seeded(10, 1, 3, 64, 64)
+    kept = x.clone()
+    gradcam_cli.cam(model, x, "layer4")
+    assert torch.equal(x, kept) and not x.requires_grad and x.grad is None
+
+
+# -- layers that cannot explain the score --------------------------------------
+
+
+def test_layer_that_never_runs_says_so() -> None:
+    torch.manual_seed(0)
+    model = SmallCnn().eval()
+    before = snapshot(model)
+    with pytest.raises(LayerError, match="never ran") as info:
+        gradcam_cli.cam(model, seeded(11, 1, 3, 32, 32), "unused")
+    assert "index" not in str(info.value) and "'unused'" in str(info.value)
+    assert_as_found(model, before)
+
+
+@pytest.mark.parametrize("detached", [False, True], ids=["discarded", "detached-and-discarded"])
+def test_layer_the_score_does_not_depend_on_is_a_clear_error(detached: bool) -> None:
+    torch.manual_seed(0)
+    model = SmallCnn(side_branch=True, detached_side=detached).eval()
+    before = snapshot(model)
+    with pytest.raises(LayerError, match="does not depend on layer 'side'"):
+        gradcam_cli.cam(model, seeded(12, 1, 3, 32, 32), "side")
+    assert_as_found(model, before)
+    # the same model explains fine from a layer on the main path
+    assert torch.isfinite(gradcam_cli.cam(model, seeded(12, 1, 3, 32, 32), "conv2")).all()

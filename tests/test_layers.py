@@ -1,0 +1,229 @@
+"""Dotted layer paths, default targets per family, and `gradcam layers`.
+
+Models are built without weights (timm test models, torchvision weights=None)
+inside fixtures, so importing this module stays light.
+"""
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+
+import pytest
+
+from gradcam_cli.errors import LayerError
+from gradcam_cli.layers import default_layer_paths, resolve_layer
+
+
+def timm_model(name: str):
+    import timm
+
+    return timm.create_model(name, pretrained=False).eval()
+
+
+@pytest.fixture(scope="module")
+def test_resnet():
+    return timm_model("test_resnet")
+
+
+@pytest.fixture(scope="module")
+def test_vit():
+    return timm_model("test_vit")
+
+
+@pytest.fixture(scope="module")
+def test_convnext():
+    return timm_model("test_convnext")
+
+
+@pytest.fixture(scope="module")
+def tv_vit():
+    import torchvision
+
+    return torchvision.models.vit_b_16(weights=None).eval()
+
+
+def nested_model():
+    """A model whose containers are named: an OrderedDict Sequential and a ModuleDict."""
+    from torch import nn
+
+    class Nested(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Sequential(OrderedDict([("conv", nn.Conv2d(3, 4, 3)), ("act", nn.ReLU())]))
+            self.heads = nn.ModuleDict({"left": nn.Conv2d(4, 4, 1), "right": nn.Conv2d(4, 2, 1)})
+
+        def forward(self, x):
+            x = self.stem(x)
+            return self.heads["right"](self.heads["left"](x)).mean((2, 3))
+
+    return Nested()
+
+
+class PlainCnn:
+    """Built lazily: a custom CNN with no registry, no feature_info, a functional ReLU."""
+
+    @staticmethod
+    def build():
+        import torch.nn.functional as F
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+                self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+                self.pool = nn.AdaptiveAvgPool2d(1)
+                self.fc = nn.Linear(16, 5)
+
+            def forward(self, x):
+                x = F.relu(self.conv2(F.relu(self.conv1(x))))
+                return self.fc(self.pool(x).flatten(1))
+
+        return Net()
+
+
+# ---------------------------------------------------------------- resolve_layer
+
+def test_positive_and_negative_indices(test_resnet, test_vit, test_convnext):
+    last = len(test_resnet.layer4) - 1
+    layer = resolve_layer(test_resnet, "layer4.-1")
+    assert layer.module is test_resnet.layer4[-1] and layer.name == f"layer4.{last}"
+    assert resolve_layer(test_resnet, f"layer4.{last}").module is layer.module
+    assert resolve_layer(test_resnet, "layer4.0.conv1").module is test_resnet.layer4[0].conv1
+
+    norm = resolve_layer(test_vit, "blocks.-1.norm1")
+    assert norm.module is test_vit.blocks[-1].norm1
+    assert norm.name == f"blocks.{len(test_vit.blocks) - 1}.norm1"
+    assert resolve_layer(test_vit, "blocks.-2.norm1").module is test_vit.blocks[-2].norm1
+
+    stage = resolve_layer(test_convnext, "stages.-1")
+    assert stage.module is test_convnext.stages[-1] and stage.name == f"stages.{len(test_convnext.stages) - 1}"
+    # a top-level negative index counts over the root's children
+    assert resolve_layer(test_resnet, "-1").module is test_resnet.fc
+
+
+def test_names_inside_ordered_dict_sequential_and_module_dict():
+    model = nested_model()
+    assert resolve_layer(model, "stem.conv").module is model.stem.conv
+    assert resolve_layer(model, "stem.0").module is model.stem.conv
+    assert resolve_layer(model, "stem.-1").name == "stem.act"
+    assert resolve_layer(model, "heads.right").module is model.heads["right"]
+    assert resolve_layer(model, "heads.-1").name == "heads.right"
+    assert resolve_layer(model, "heads.0").name == "heads.left"
+
+
+def test_torchvision_vit_names(tv_vit):
+    by_name = resolve_layer(tv_vit, "encoder.layers.encoder_layer_11.ln_1")
+    by_index = resolve_layer(tv_vit, "encoder.layers.-1.ln_1")
+    assert by_name.module is by_index.module
+    assert by_index.name == "encoder.layers.encoder_layer_11.ln_1"
+
+
+def test_bad_path_names_children_at_the_failing_step(test_resnet):
+    with pytest.raises(LayerError) as caught:
+        resolve_layer(test_resnet, "layer4.0.conv9", "test_resnet")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "children of 'layer4.0'" in message
+    for child in ("conv1", "bn1", "conv2", "downsample"):
+        assert child in message
+    assert "did you mean 'conv1'" in message or "did you mean 'conv2'" in message
+    assert "gradcam layers test_resnet" in message
+
+    with pytest.raises(LayerError) as caught:
+        resolve_layer(test_resnet, "layr4", "test_resnet")
+    assert "children of the root" in str(caught.value) and "did you mean 'layer4'" in str(caught.value)
+
+
+def test_out_of_range_index(test_resnet):
+    count = len(test_resnet.layer4)
+    for token in (str(count), str(-count - 1), "99"):
+        with pytest.raises(LayerError) as caught:
+            resolve_layer(test_resnet, f"layer4.{token}", "test_resnet")
+        message = str(caught.value)
+        assert f"no '{token}'" in message
+        assert f"indices -{count}..{count - 1}" in message
+    with pytest.raises(LayerError, match="leaf module"):
+        resolve_layer(test_resnet, "fc.0", "test_resnet")
+
+
+# ---------------------------------------------------------------- default_layer_paths
+
+def test_default_timm_families(test_resnet, test_vit, test_convnext):
+    assert default_layer_paths(test_resnet, "test_resnet", "timm") == ["layer4"]
+    assert default_layer_paths(test_vit, "test_vit", "timm") == ["blocks.-1.norm1"]
+    (convnext,) = default_layer_paths(test_convnext, "test_convnext", "timm")
+    assert convnext in ("stages.3", test_convnext.feature_info[-1]["module"])
+    assert resolve_layer(test_convnext, convnext).module is test_convnext.stages[-1]
+
+
+@pytest.mark.parametrize(
+    "arch, expected",
+    [("resnet18", "layer4"), ("mobilenet_v3_small", "features.-1")],
+)
+def test_default_torchvision_cnns(arch, expected):
+    import torchvision
+
+    model = torchvision.models.get_model(arch, weights=None)
+    assert default_layer_paths(model, arch, "torchvision") == [expected]
+    resolve_layer(model, expected)
+
+
+def test_default_torchvision_vit(tv_vit):
+    assert default_layer_paths(tv_vit, "vit_b_16", "torchvision") == ["encoder.layers.-1.ln_1"]
+
+
+def test_default_fallback_finds_last_spatial_module_of_a_plain_cnn():
+    model = PlainCnn.build()
+    assert default_layer_paths(model) == ["conv2"]
+    assert model.training  # the probe forward restores the mode it found
+
+
+# ---------------------------------------------------------------- gradcam layers
+
+ROW = re.compile(r"^(?P<mark>[* ]) (?P<indent> *)(?P<name>\S+)  (?P<type>\S+)  (?P<shape>\S+)(  \[(?P<layout>.*)\])?$")
+
+
+def rows(stdout: str) -> list[dict]:
+    parsed = [ROW.match(line) for line in stdout.splitlines() if line.strip()]
+    assert all(parsed), stdout
+    return [m.groupdict() for m in parsed if m]
+
+
+def test_layers_lists_modules_with_shapes_and_marks_the_default(run_cli):
+    result = run_cli("layers", "test_resnet")
+    assert result.code == 0, result.stderr
+    table = rows(result.stdout)
+    by_name = {row["name"]: row for row in table}
+    assert {"conv1", "layer1", "layer4", "layer4.0.conv1", "fc"} <= set(by_name)
+    assert [row["name"] for row in table if row["mark"] == "*"] == ["layer4"]
+    assert re.fullmatch(r"1x\d+x5x5", by_name["layer4"]["shape"])
+    assert by_name["layer4"]["layout"] == "NCHW 5x5"
+    assert by_name["fc"]["shape"] == "1x1000"
+    assert "default target: layer4" in result.stderr
+
+
+def test_layers_depth_and_filter(run_cli):
+    shallow = rows(run_cli("layers", "test_resnet", "--depth", "1").stdout)
+    names = [row["name"] for row in shallow]
+    assert "layer4" in names and "fc" in names
+    assert not any("." in name for name in names)
+
+    filtered = run_cli("layers", "test_resnet", "--filter", "Conv2d")
+    assert filtered.code == 0
+    table = rows(filtered.stdout)
+    assert table and all(row["type"] == "Conv2d" for row in table)
+    assert "layer4.0.conv2" in [row["name"] for row in table]
+
+
+def test_layers_shows_token_layout_for_vit(run_cli):
+    result = run_cli("layers", "test_vit")
+    assert result.code == 0, result.stderr
+    table = {row["name"]: row for row in rows(result.stdout)}
+    blocks = sorted(name for name in table if re.fullmatch(r"blocks\.\d+", name))
+    assert blocks
+    for name in blocks:
+        assert table[name]["layout"].startswith("NLC tokens, 1 prefix + ")
+        assert re.search(r"\d+x\d+ grid", table[name]["layout"])
+    last = blocks[-1]
+    assert table[f"{last}.norm1"]["mark"] == "*"

@@ -1,0 +1,246 @@
+"""Layer outputs in any layout become N×C×H×W without a hand-written reshape.
+
+Unit checks of `detect_layout` / `Layout.to_nchw` on synthetic and real
+shapes, then end to end: `cam()` on token models equals pytorch-grad-cam fed
+the reshape a user would have to write.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+
+import gradcam_cli
+from gradcam_cli.errors import LayoutError
+from gradcam_cli.layout import Layout, LayoutHints, channels_dim_hint, detect_layout
+
+timm = pytest.importorskip("timm")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core box 2 threads spin for ages."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def seeded(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def timm_model(name: str, **kwargs: object) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return timm.create_model(name, pretrained=False, **kwargs).eval()
+
+
+def multi_prefix_vit(**kwargs: object) -> torch.nn.Module:
+    """A tiny ViT with a class token and 4 register tokens: 5 prefix tokens."""
+    args = dict(img_size=64, depth=2, embed_dim=32, num_heads=2, num_classes=10, reg_tokens=4, class_token=True)
+    args.update(kwargs)
+    return timm_model("vit_tiny_patch16_224", **args)
+
+
+def output_of(model: torch.nn.Module, module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    seen: list[torch.Tensor] = []
+    handle = module.register_forward_hook(lambda _m, _i, out: seen.append(out))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        handle.remove()
+    return seen[-1]
+
+
+def tokens_from_grid(grid: torch.Tensor, prefix: int) -> torch.Tensor:
+    """NCHW → NLC with `prefix` extra tokens in front, as a ViT lays them out."""
+    n, c, h, w = grid.shape
+    patches = grid.permute(0, 2, 3, 1).reshape(n, h * w, c)
+    return torch.cat([torch.full((n, prefix, c), 99.0), patches], dim=1)
+
+
+# -- channels-first and channels-last maps ---------------------------------------
+
+
+def test_nchw_map_passes_through() -> None:
+    t = seeded(0, 2, 64, 7, 10)
+    layout = detect_layout(tuple(t.shape), (224, 320), LayoutHints())
+    assert layout == Layout("NCHW", (7, 10))
+    assert layout.to_nchw(t) is t
+
+
+def test_real_nchw_layer_is_detected() -> None:
+    model = timm_model("test_resnet")
+    module = model.layer4
+    out = output_of(model, module, seeded(1, 1, 3, 96, 128))
+    layout = detect_layout(tuple(out.shape), (96, 128), LayoutHints(channels_dim=channels_dim_hint(module)))
+    assert layout == Layout("NCHW", (3, 4))
+
+
+def test_convnext_block_norm_is_channels_last() -> None:
+    model = timm_model("test_convnext")
+    module = model.stages[-1].blocks[-1].norm
+    out = output_of(model, module, seeded(2, 1, 3, 160, 160))
+    assert out.shape[-1] == 64 and tuple(out.shape[1:3]) == (5, 5)  # really NHWC in timm
+    assert channels_dim_hint(module) == -1
+    for hints in (LayoutHints(channels_dim=-1), LayoutHints()):
+        layout = detect_layout(tuple(out.shape), (160, 160), hints)
+        assert layout == Layout("NHWC", (5, 5))
+        torch.testing.assert_close(layout.to_nchw(out), out.permute(0, 3, 1, 2))
+
+
+def test_synthetic_nhwc_needs_the_channels_hint_when_both_readings_fit() -> None:
+    nchw = seeded(3, 2, 16, 16, 17)
+    nhwc = nchw.permute(0, 2, 3, 1).contiguous()  # (2, 16, 17, 16): also reads as 16 channels on 17x16
+    shape, size = tuple(nhwc.shape), (64, 64)  # both grids follow the square input about equally well
+    with pytest.raises(LayoutError, match="--grid"):
+        detect_layout(shape, size, LayoutHints())
+    layout = detect_layout(shape, size, LayoutHints(channels_dim=-1))
+    assert layout == Layout("NHWC", (16, 17))
+    torch.testing.assert_close(layout.to_nchw(nhwc), nchw)
+    assert detect_layout(shape, size, LayoutHints(channels_dim=1)) == Layout("NCHW", (17, 16))
+
+
+def test_the_reading_that_follows_the_input_aspect_wins() -> None:
+    """(N, 32, 40, 40) from a 160x160 input: 40x40 is the grid, not 32x40 (timm test_resnet layer1)."""
+    assert detect_layout((1, 32, 40, 40), (160, 160), LayoutHints()) == Layout("NCHW", (40, 40))
+    # channels-last from a 48x64 input: 6x8 keeps the input's 3:4, 8x12 does not
+    assert detect_layout((2, 6, 8, 12), (48, 64), LayoutHints()) == Layout("NHWC", (6, 8))
+
+
+def test_grid_hint_settles_the_4d_ambiguity_both_ways() -> None:
+    shape, size = (2, 6, 8, 12), (48, 64)
+    assert detect_layout(shape, size, LayoutHints(grid=(6, 8))) == Layout("NHWC", (6, 8))
+    assert detect_layout(shape, size, LayoutHints(grid=(8, 12))) == Layout("NCHW", (8, 12))
+    with pytest.raises(LayoutError, match="--grid"):
+        detect_layout(shape, size, LayoutHints(grid=(5, 5)))
+
+
+def test_2d_output_has_no_spatial_layout() -> None:
+    with pytest.raises(LayoutError, match="no spatial dimensions"):
+        detect_layout((2, 1000), (224, 224), LayoutHints(), "fc")
+    with pytest.raises(LayoutError):
+        detect_layout((2, 1000), (224, 224), LayoutHints(grid=(14, 14)), "fc")
+
+
+# -- token sequences ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", [0, 1, 5])
+def test_tokens_back_to_the_grid_with_prefix_tokens(prefix: int) -> None:
+    grid = seeded(4, 2, 16, 6, 10)
+    tokens = tokens_from_grid(grid, prefix)
+    layout = detect_layout(tuple(tokens.shape), (96, 160), LayoutHints(num_prefix_tokens=prefix))
+    assert layout == Layout("NLC", (6, 10), prefix)
+    torch.testing.assert_close(layout.to_nchw(tokens), grid)
+
+
+def test_class_token_vit_layer() -> None:
+    model = timm_model("test_vit")
+    out = output_of(model, model.blocks[-1].norm1, seeded(5, 1, 3, 160, 160))
+    assert tuple(out.shape[:2]) == (1, 101)
+    for hints in (LayoutHints(num_prefix_tokens=model.num_prefix_tokens), LayoutHints()):
+        assert detect_layout(tuple(out.shape), (160, 160), hints) == Layout("NLC", (10, 10), 1)
+
+
+def test_register_token_only_vit_layer() -> None:
+    model = timm_model("test_vit2")
+    assert model.cls_token is None and model.num_prefix_tokens == 1  # one register token
+    out = output_of(model, model.blocks[-1].norm1, seeded(6, 1, 3, 64, 96))
+    hints = LayoutHints(num_prefix_tokens=model.num_prefix_tokens)
+    assert detect_layout(tuple(out.shape), (64, 96), hints) == Layout("NLC", (4, 6), 1)
+
+
+@pytest.mark.parametrize("hinted", [True, False], ids=["model-hint", "no-hint"])
+def test_several_prefix_tokens(hinted: bool) -> None:
+    """1 class + 4 register tokens; without the hint, 21 tokens also factor as 1 + 4x5."""
+    model = multi_prefix_vit()
+    assert model.num_prefix_tokens == 5
+    out = output_of(model, model.blocks[-1].norm1, seeded(7, 1, 3, 64, 64))
+    hints = LayoutHints(num_prefix_tokens=5 if hinted else None)
+    assert detect_layout(tuple(out.shape), (64, 64), hints) == Layout("NLC", (4, 4), 5)
+
+
+def test_several_prefix_tokens_non_square_without_hint() -> None:
+    """65 tokens on 96x160 also read as 0 + 5x13 and 1 + 8x8; only 5 + 6x10 follows the input."""
+    tokens = tokens_from_grid(seeded(8, 1, 8, 6, 10), prefix=5)
+    assert detect_layout(tuple(tokens.shape), (96, 160), LayoutHints()) == Layout("NLC", (6, 10), 5)
+
+
+def test_non_square_dynamic_size_vit() -> None:
+    model = timm_model("test_vit2")  # dynamic_img_size=True
+    out = output_of(model, model.blocks[-1].norm1, seeded(9, 1, 3, 96, 160))
+    assert out.shape[1] == 1 + 6 * 10
+    layout = detect_layout(tuple(out.shape), (96, 160), LayoutHints(num_prefix_tokens=1))
+    assert layout == Layout("NLC", (6, 10), 1)
+    assert layout.to_nchw(out).shape == (1, out.shape[-1], 6, 10)
+
+
+def test_tokens_that_fit_no_grid_ask_for_grid_and_grid_resolves_them() -> None:
+    shape, size = (1, 5000, 8), (32, 32)  # more tokens than the input has pixels for
+    with pytest.raises(LayoutError, match="--grid"):
+        detect_layout(shape, size, LayoutHints(), "blocks.3")
+    assert detect_layout(shape, size, LayoutHints(grid=(50, 100))) == Layout("NLC", (50, 100), 0)
+    assert detect_layout(shape, size, LayoutHints(grid=(70, 70))) == Layout("NLC", (70, 70), 100)
+    with pytest.raises(LayoutError, match="--grid"):
+        detect_layout(shape, size, LayoutHints(grid=(80, 80)))
+
+
+def test_grid_hint_overrides_the_guess_for_tokens() -> None:
+    grid = seeded(10, 1, 8, 3, 12)  # an odd grid for a 96x160 input, stated by the user
+    tokens = tokens_from_grid(grid, prefix=2)
+    layout = detect_layout(tuple(tokens.shape), (96, 160), LayoutHints(grid=(3, 12)))
+    assert layout == Layout("NLC", (3, 12), 2)
+    torch.testing.assert_close(layout.to_nchw(tokens), grid)
+
+
+# -- end to end: cam() equals the reference given the hand-written reshape ---------
+
+
+def reference(model: torch.nn.Module, x: torch.Tensor, layer: torch.nn.Module, prefix: int, grid: tuple[int, int]) -> np.ndarray:
+    from pytorch_grad_cam import GradCAM
+
+    def reshape(tokens: torch.Tensor) -> torch.Tensor:
+        return tokens[:, prefix:, :].reshape(tokens.size(0), *grid, tokens.size(2)).permute(0, 3, 1, 2)
+
+    with GradCAM(model=model, target_layers=[layer], reshape_transform=reshape) as explainer:
+        return explainer(input_tensor=x, targets=None)
+
+
+CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, int], int, tuple[int, int]]] = {
+    "test_vit": (lambda: timm_model("test_vit"), (160, 160), 1, (10, 10)),
+    "test_vit2": (lambda: timm_model("test_vit2"), (64, 96), 1, (4, 6)),
+    "test_vit2-non-square": (lambda: timm_model("test_vit2"), (96, 160), 1, (6, 10)),
+    "reg4-vit": (multi_prefix_vit, (64, 64), 5, (4, 4)),
+    "reg4-vit-non-square": (lambda: multi_prefix_vit(dynamic_img_size=True), (96, 160), 5, (6, 10)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_cam_on_token_models_equals_the_manual_reshape(case: str) -> None:
+    pytest.importorskip("pytorch_grad_cam")
+    build, size, prefix, grid = CASES[case]
+    model = build()
+    x = seeded(11, 2, 3, *size)
+    ours = gradcam_cli.cam(model, x, "blocks.-1.norm1")
+    assert ours.shape == (2, *size) and torch.isfinite(ours).all()
+    assert ours.min() >= 0 and ours.max() <= 1
+    assert (ours.flatten(1).amax(dim=1) > 0.99).all()  # a real map, not a blank one
+    ref = reference(model, x, model.blocks[-1].norm1, prefix, grid)
+    np.testing.assert_allclose(ours.numpy(), ref, atol=1e-4, rtol=0)
+
+
+def test_convnext_channels_last_layer_equals_the_manual_permute() -> None:
+    from pytorch_grad_cam import GradCAM
+
+    model = timm_model("test_convnext")
+    x = seeded(12, 1, 3, 160, 160)
+    layer = model.stages[-1].blocks[-1].norm
+    ours = gradcam_cli.cam(model, x, "stages.-1.blocks.-1.norm")
+    with GradCAM(model=model, target_layers=[layer], reshape_transform=lambda t: t.permute(0, 3, 1, 2)) as explainer:
+        ref = explainer(input_tensor=x, targets=None)
+    assert ours.max() > 0.99
+    np.testing.assert_allclose(ours.numpy(), ref, atol=1e-4, rtol=0)

@@ -1,0 +1,223 @@
+"""Models and weights: local checkpoints (safetensors, wrapped .pth, DDP prefixes),
+class counts and names, refused pickles, offline pretrained weights, devices.
+
+No test may reach a network: conftest switches the hubs offline and points
+every cache at an empty folder; the pretrained-weights tests also send HTTP(S)
+to a closed local port, so even a connected machine fails fast and offline.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import write_image
+
+LABELS = ("circle", "square", "triangle")
+
+
+@pytest.fixture(scope="module")
+def three_class_state():
+    """A test_resnet with 3 classes and non-default weights (so loading is visible)."""
+    import timm
+    import torch
+
+    torch.manual_seed(1)
+    model = timm.create_model("test_resnet", pretrained=False, num_classes=3)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.01 * torch.randn_like(parameter))
+    return {k: v.clone().contiguous() for k, v in model.state_dict().items()}
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> Path:
+    return write_image(tmp_path / "in.png", 64, 48, seed=21)
+
+
+@pytest.fixture
+def labels_file(tmp_path: Path) -> Path:
+    path = tmp_path / "labels.txt"
+    path.write_text("\n".join(LABELS) + "\n", encoding="utf-8")
+    return path
+
+
+def save_safetensors(state, path: Path) -> Path:
+    from safetensors.torch import save_file
+
+    save_file(state, str(path))
+    return path
+
+
+def assert_loaded(state, weights: Path) -> None:
+    import torch
+
+    from gradcam_cli.models import load_model
+
+    loaded = load_model("test_resnet", pretrained=False, weights=weights)
+    own = loaded.model.state_dict()
+    assert set(own) == set(state)
+    for key, value in state.items():
+        assert torch.equal(own[key], value), key
+    assert loaded.model.fc.out_features == 3
+
+
+def explain(run_cli, tmp_path: Path, image: Path, *args):
+    return run_cli("explain", "-m", "test_resnet", "--json", "-o", tmp_path / "out", image, *args)
+
+
+# ---------------------------------------------------------------- local weights
+
+def test_safetensors_weights_with_three_classes(run_cli, tmp_path, image, three_class_state):
+    weights = save_safetensors(three_class_state, tmp_path / "three.safetensors")
+    assert_loaded(three_class_state, weights)
+    result = explain(run_cli, tmp_path, image, "--weights", weights)
+    assert result.code == 0, result.stderr
+    (record,) = result.records()
+    assert record["class_index"] in (0, 1, 2)
+    assert sorted(entry["index"] for entry in record["topk"]) == [0, 1, 2]
+    assert record["settings"]["weights"] == str(weights) and record["settings"]["pretrained"] is False
+
+
+def test_pth_wrapped_in_state_dict_with_ddp_prefixes(run_cli, tmp_path, image, three_class_state):
+    import torch
+
+    weights = tmp_path / "ddp.pth"
+    torch.save({"epoch": 3, "state_dict": {f"module.{k}": v for k, v in three_class_state.items()}}, weights)
+    assert_loaded(three_class_state, weights)
+    result = explain(run_cli, tmp_path, image, "--weights", weights)
+    assert result.code == 0, result.stderr
+    assert len(result.records()[0]["topk"]) == 3
+
+
+def test_labels_name_the_classes(run_cli, tmp_path, image, labels_file, three_class_state):
+    weights = save_safetensors(three_class_state, tmp_path / "three.safetensors")
+    result = explain(run_cli, tmp_path, image, "--weights", weights, "--labels", labels_file, "--class", "square")
+    assert result.code == 0, result.stderr
+    (record,) = result.records()
+    assert (record["class_index"], record["class_name"]) == (1, "square")
+    assert {entry["name"] for entry in record["topk"]} == set(LABELS)
+
+
+def test_labels_with_the_wrong_count_are_a_usage_error(run_cli, tmp_path, image, three_class_state):
+    weights = save_safetensors(three_class_state, tmp_path / "three.safetensors")
+    labels = tmp_path / "two.txt"
+    labels.write_text("circle\nsquare\n", encoding="utf-8")
+    result = explain(run_cli, tmp_path, image, "--weights", weights, "--labels", labels)
+    assert result.code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "2 classes" in line and "3 outputs" in line
+    assert not (tmp_path / "out").exists()
+
+
+class Payload:
+    """Unpickling this creates a file: the proof that code inside a pickle ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def test_pickled_code_in_pth_is_refused_and_never_runs(run_cli, tmp_path, image, three_class_state):
+    import torch
+
+    marker = tmp_path / "pwned"
+    weights = tmp_path / "evil.pth"
+    torch.save({"state_dict": three_class_state, "extra": Payload(marker)}, weights)
+
+    result = explain(run_cli, tmp_path, image, "--weights", weights)
+    assert result.code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert str(weights) in line and "not a loadable tensor checkpoint" in line
+    assert "Traceback" not in result.stderr
+    assert not marker.exists()
+
+    # the payload is real: an unsafe load would have run it
+    proof = tmp_path / "proof"
+    torch.save(Payload(proof), tmp_path / "proof.pth")
+    torch.load(tmp_path / "proof.pth", weights_only=False)
+    assert proof.exists()
+
+
+def test_checkpoint_that_does_not_fit_names_missing_and_unexpected_keys(run_cli, tmp_path, image, three_class_state):
+    import torch
+
+    state = dict(three_class_state)
+    state.pop("layer4.0.conv1.weight")
+    state["extra_head.weight"] = torch.zeros(2)
+    weights = save_safetensors(state, tmp_path / "odd.safetensors")
+    result = explain(run_cli, tmp_path, image, "--weights", weights)
+    assert result.code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "missing: layer4.0.conv1.weight" in line
+    assert "unexpected: extra_head.weight" in line
+    assert "does not fit" in line
+
+    other = run_cli("explain", "-m", "test_convnext", "--json", "-o", tmp_path / "o2", image, "--weights", weights)
+    assert other.code == 2 and "missing:" in other.stderr and "unexpected:" in other.stderr
+
+
+# ---------------------------------------------------------------- model names
+
+def test_unknown_torchvision_model_suggests(run_cli, tmp_path, image):
+    result = run_cli("explain", "-m", "torchvision:resnet5", "--no-pretrained", "-o", tmp_path / "out", image)
+    assert result.code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert "unknown torchvision model 'resnet5'" in line and "resnet50" in line
+
+
+# ---------------------------------------------------------------- offline pretrained weights
+
+@pytest.fixture
+def no_network(monkeypatch, tmp_path):
+    """Fresh empty caches; any HTTP(S) goes to a closed local port and fails at once."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("model", ["resnet18", "torchvision:resnet18"])
+def test_pretrained_unavailable_offline_is_one_line_with_next_steps(run_cli, tmp_path, image, no_network, model):
+    result = run_cli("explain", "-m", model, "-o", tmp_path / "out", image)
+    assert result.code == 2
+    assert result.stdout == ""  # stdout carries results only (torch.hub's notice went to stderr)
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("gradcam:")]
+    assert "pretrained weights" in line and model in line
+    assert "--weights" in line and "cache" in line and "--no-pretrained" in line
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- devices
+
+def test_resolve_device():
+    import torch
+
+    from gradcam_cli.errors import UsageError
+    from gradcam_cli.models import resolve_device
+
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(" CPU ") == torch.device("cpu")
+    for bad in ("tpu", "cuda:x"):
+        with pytest.raises(UsageError):
+            resolve_device(bad)
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here; the no-CUDA case cannot be checked")
+    assert resolve_device("auto") in (torch.device("cpu"), torch.device("mps"))
+    with pytest.raises(UsageError, match="CUDA is not available"):
+        resolve_device("cuda")
+    with pytest.raises(UsageError, match="CUDA is not available"):
+        resolve_device("cuda:1")
+
+
+def test_device_cuda_without_cuda_is_exit_2(run_cli, tmp_path, image):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    result = run_cli("explain", "-m", "test_resnet", "--no-pretrained", "--device", "cuda", "-o", tmp_path / "o", image)
+    assert result.code == 2 and "CUDA is not available" in result.stderr
