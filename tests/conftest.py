@@ -32,6 +32,24 @@ def offline_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
     torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy 2-core box 2 threads spin for ages."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def seeded(seed: int, *shape: int):
+    """A reproducible normal tensor that leaves the global RNG alone."""
+    import torch
+
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
 def write_image(path: Path, width: int = 96, height: int = 64, seed: int = 0, mode: str = "RGB") -> Path:
     """A small random photo-like image (smooth blobs, so resizing is meaningful)."""
     from PIL import Image

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 import gradcam_cli
+from conftest import seeded
 from gradcam_cli.errors import GradcamError, LayerError
 
 timm = pytest.importorskip("timm")
@@ -22,17 +23,7 @@ timm = pytest.importorskip("timm")
 HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core box 2 threads spin for ages."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def seeded(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def snapshot(model: nn.Module) -> dict[str, Any]:

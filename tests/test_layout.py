@@ -13,23 +13,14 @@ import pytest
 import torch
 
 import gradcam_cli
+from conftest import seeded
 from gradcam_cli.errors import LayoutError
 from gradcam_cli.layout import Layout, LayoutHints, channels_dim_hint, detect_layout
 
 timm = pytest.importorskip("timm")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core box 2 threads spin for ages."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def seeded(seed: int, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def timm_model(name: str, **kwargs: object) -> torch.nn.Module:

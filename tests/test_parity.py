@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import gradcam_cli
+from conftest import seeded
 
 timm = pytest.importorskip("timm")
 pytorch_grad_cam = pytest.importorskip("pytorch_grad_cam")
@@ -22,18 +23,7 @@ from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget  # noqa:
 ATOL = 1e-4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models gain nothing from threads, and on a busy 2-core box 2 threads spin for ages."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def seeded(seed: int, *shape: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=generator)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def timm_model(name: str, **kwargs: object) -> torch.nn.Module:
