@@ -212,20 +212,13 @@ def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines:
     for text in inputs:  # named files are known before any output is written
         if text != "-" and Path(text).is_file():
             explainer.namer.protect(Path(text))
-    sources = _protected(iter_sources(inputs, streams.stdin, settings.recursive, skip=settings.output_dir), explainer.namer)
+    sources = iter_sources(inputs, streams.stdin, settings.recursive, skip=settings.output_dir)
     try:
         summary = explainer.run(sources, emit)
     finally:
         if progress:
             progress.stop()
     return _finish(summary, settings, streams, quiet)
-
-
-def _protected(sources: Any, namer: Any) -> Any:
-    """Tell the namer each input as it streams by, so no output of this run replaces one."""
-    for source in sources:
-        namer.protect(source.path)
-        yield source
 
 
 def _finish(summary: Any, settings: Any, streams: Streams, quiet: bool) -> int:
@@ -280,14 +273,13 @@ def layers(
 ) -> int:
     """Print the module tree with output shapes and layouts; the default target is marked."""
     from .layers import default_layer_paths, layer_rows, resolve_layers
-    from .models import build_model, default_input_hw
+    from .models import build_model, default_input_hw, num_prefix_tokens
 
     net, source, arch = build_model(model, pretrained=False)
     net.eval()
     defaults = [layer.name for layer in resolve_layers(net, default_layer_paths(net, arch, source), model)]
-    prefix = getattr(net, "num_prefix_tokens", None) or (1 if source == "torchvision" and arch.startswith("vit_") else None)
     input_hw = default_input_hw(net)
-    rows = layer_rows(net, input_hw, defaults, prefix)
+    rows = layer_rows(net, input_hw, defaults, num_prefix_tokens(net, source, arch))
     needle = (filter_text or "").lower()
     for row in rows:
         if depth is not None and row.depth > depth:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from .layers import ResolvedLayer
 
 
-def _first_tensor(output: Any) -> "torch.Tensor | None":
+def first_tensor(output: Any) -> "torch.Tensor | None":
+    """The tensor a module produced (tuple outputs such as (x, attn) give their first)."""
     import torch
 
     if isinstance(output, torch.Tensor):
@@ -78,7 +79,7 @@ class LayerRecorder:
 
     def _hook_for(self, name: str) -> Any:
         def hook(_module: "nn.Module", _inputs: Any, output: Any) -> Any:
-            tensor = _first_tensor(output)
+            tensor = first_tensor(output)
             if tensor is None:
                 return None
             self.outputs[name] = tensor  # a reused module keeps its last call
@@ -98,7 +99,7 @@ class LayerRecorder:
         self.outputs.clear()
         x = x.detach().clone().requires_grad_(True)
         logits = self.model(x)
-        logits = _first_tensor(logits.logits if hasattr(logits, "logits") else logits)
+        logits = first_tensor(logits.logits if hasattr(logits, "logits") else logits)
         if logits is None or logits.dim() != 2:
             raise LayerError(f"{self.model_name} does not return class scores of shape (N, classes)")
         missing = [layer.name for layer in self.layers if layer.name not in self.outputs]

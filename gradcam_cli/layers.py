@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .errors import LayerError
 
@@ -154,35 +154,45 @@ def default_layer_paths(model: "nn.Module", arch: str = "", source: str = "timm"
 
 def _last_spatial_module(model: "nn.Module") -> str:
     """Fallback: the outermost module that last produced a 4-D map in a probe forward."""
-    import torch
-
     from .models import default_input_hw
 
-    order: list[str] = []
-    handles = []
-    for name, module in model.named_modules():
-        if not name:
-            continue
+    shapes = probe_shapes(model, default_input_hw(model))
+    # forward hooks fire when a module ends, so a stage comes after its last conv
+    spatial = [name for name, shape in shapes.items() if name and len(shape) == 4 and min(shape[-2:]) > 1]
+    if not spatial:
+        raise LayerError("no layer of this model outputs a spatial map; name one with --layer")
+    return spatial[-1]
 
-        def hook(_m, _i, out, name=name):
-            if isinstance(out, torch.Tensor) and out.dim() == 4 and min(out.shape[-2:]) > 1:
-                order.append(name)
 
-        handles.append(module.register_forward_hook(hook))
-    was_training = model.training
+def probe_shapes(model: "nn.Module", input_hw: tuple[int, int]) -> dict[str, tuple[int, ...]]:
+    """Output shape of every module in one no-grad forward, in the order modules last finished."""
+    import torch
+
+    from .extractor import first_tensor
+
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def hook_for(name: str) -> Callable[..., None]:
+        def hook(_m: "nn.Module", _i: object, out: object) -> None:
+            tensor = first_tensor(out)
+            if tensor is not None:
+                shapes.pop(name, None)  # re-insert: a reused module counts at its last call
+                shapes[name] = tuple(tensor.shape)
+
+        return hook
+
+    handles = [module.register_forward_hook(hook_for(name)) for name, module in model.named_modules()]
+    modes = [(module, module.training) for module in model.modules()]
     try:
         model.eval()
         with torch.no_grad():
-            h, w = default_input_hw(model)
-            model(torch.zeros(1, 3, h, w))
+            model(torch.zeros(1, 3, *input_hw))
     finally:
         for handle in handles:
             handle.remove()
-        model.train(was_training)
-    if not order:
-        raise LayerError("no layer of this model outputs a spatial map; name one with --layer")
-    # forward hooks fire when a module ends, so a stage comes after its last conv
-    return order[-1]
+        for module, training in modes:
+            module.training = training
+    return shapes
 
 
 @dataclass(frozen=True)
@@ -204,30 +214,10 @@ def layer_rows(
     num_prefix_tokens: int | None = None,
 ) -> list[LayerRow]:
     """Every module with the output shape and layout seen in one probe forward."""
-    import torch
-
     from .errors import LayoutError
     from .layout import LayoutHints, channels_dim_hint, detect_layout
 
-    shapes: dict[str, tuple[int, ...]] = {}
-    handles = []
-    for name, module in model.named_modules():
-
-        def hook(_m: "nn.Module", _i: object, out: object, name: str = name) -> None:
-            tensor = out if isinstance(out, torch.Tensor) else (out[0] if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor) else None)
-            if tensor is not None:
-                shapes[name] = tuple(tensor.shape)
-
-        handles.append(module.register_forward_hook(hook))
-    was_training = model.training
-    try:
-        model.eval()
-        with torch.no_grad():
-            model(torch.zeros(1, 3, *input_hw))
-    finally:
-        for handle in handles:
-            handle.remove()
-        model.train(was_training)
+    shapes = probe_shapes(model, input_hw)
     rows = []
     for name, module in model.named_modules():
         shape = shapes.get(name)

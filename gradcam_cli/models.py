@@ -370,7 +370,12 @@ def load_model(
         raise UsageError(f"--labels {labels} names {len(label_names)} classes but the model has {outputs} outputs")
     names = label_names or (_imagenet_names(model, source, arch, outputs) if outputs else None)
     config = _torchvision_data_config(model, arch) if source == "torchvision" else _timm_data_config(model)
+    return LoadedModel(model, name.strip(), source, arch, config, names, num_prefix_tokens(model, source, arch))
+
+
+def num_prefix_tokens(model: "nn.Module", source: str, arch: str) -> int | None:
+    """Class/distillation/register tokens before the patch tokens, where the model tells."""
     prefix = getattr(model, "num_prefix_tokens", None)
     if prefix is None and source == "torchvision" and arch.startswith("vit_"):
         prefix = 1  # torchvision's ViT prepends one class token
-    return LoadedModel(model, name.strip(), source, arch, config, names, prefix)
+    return prefix

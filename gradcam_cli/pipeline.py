@@ -111,13 +111,19 @@ class Explainer:
 
     def run(self, sources: Iterable[Source], emit: Callable[[ImageRecord], None]) -> Summary:
         summary = Summary()
-        for batch in self._batches(sources):
+        for batch in self._batches(self._protected(sources)):
             for record in self._explain_batch(batch):
                 summary.done += record.ok
                 summary.failed += not record.ok
                 summary.blank += bool(record.blank)
                 emit(record)
         return summary
+
+    def _protected(self, sources: Iterable[Source]) -> Iterator[Source]:
+        """Tell the namer each input as it streams by, so no output of this run replaces one."""
+        for source in sources:
+            self.namer.protect(source.path)
+            yield source
 
     def _batches(self, sources: Iterable[Source]) -> Iterator[list[_Item]]:
         """Decoded items, grouped so each batch holds `batch_size` images that can run."""
@@ -239,10 +245,8 @@ class Explainer:
             )
         full = map_to_original(cams.maps[row, k], item.geometry)  # type: ignore[arg-type]
         overlay_path, raw_path = self.namer.paths(base, index if several else None, self.settings.save_raw)
-        self._refuse_input(overlay_path, item.source)
         write_atomic(overlay_path, encode_png(overlay(item.image, full, self.settings.colormap, self.settings.alpha)))  # type: ignore[arg-type]
         if raw_path is not None:
-            self._refuse_input(raw_path, item.source)
             write_atomic(raw_path, encode_npy(full))
         return TargetRecord(
             class_index=index,
@@ -253,15 +257,6 @@ class Explainer:
             overlay=str(overlay_path),
             raw=str(raw_path) if raw_path is not None else None,
         )
-
-    @staticmethod
-    def _refuse_input(path: Path, source: Source) -> None:
-        try:
-            same = path.exists() and path.resolve() == source.path.resolve()
-        except OSError:
-            same = False
-        if same:
-            raise InputError(f"output {path} would overwrite the input; choose another --output-dir")
 
     def _record_context(self) -> dict[str, Any]:
         return {
