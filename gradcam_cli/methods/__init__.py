@@ -55,3 +55,9 @@ def method_names() -> list[str]:
 
 
 from . import gradcam as _gradcam  # noqa: E402,F401  (registers itself)
+from . import hirescam as _hirescam  # noqa: E402,F401
+from . import gradcam_elementwise as _gradcam_elementwise  # noqa: E402,F401
+from . import gradcam_plusplus as _gradcam_plusplus  # noqa: E402,F401
+from . import xgradcam as _xgradcam  # noqa: E402,F401
+from . import layercam as _layercam  # noqa: E402,F401
+from . import eigengradcam as _eigengradcam  # noqa: E402,F401
