@@ -356,14 +356,15 @@ def main(argv: Optional[list[str]] = None) -> None:
         code = ExitCode.INTERRUPTED
     except BrokenPipeError:
         code = ExitCode.OK
-    except Exception as error:  # noqa: BLE001 - last line of defence
-        if _is_click_error(error) and not debug:
-            print(f"gradcam: error: {_usage_message(error)}", file=sys.stderr)
-            sys.exit(ExitCode.USAGE)
+    except Exception as error:  # noqa: BLE001 - click errors (maybe typer's bundled copy), then the last line of defence
         if debug:
             raise
-        print(f"gradcam: internal error: {type(error).__name__}: {error} (rerun with --debug for the traceback, and report it)", file=sys.stderr)
-        code = ExitCode.INTERNAL
+        if _is_click_error(error):
+            print(f"gradcam: error: {_usage_message(error)}", file=sys.stderr)
+            code = ExitCode.USAGE
+        else:
+            print(f"gradcam: internal error: {type(error).__name__}: {error} (rerun with --debug for the traceback, and report it)", file=sys.stderr)
+            code = ExitCode.INTERNAL
     sys.stdout.flush()
     sys.exit(int(code or 0))
 

@@ -7,8 +7,8 @@ layers and never touches parameter `.grad`.
 """
 from __future__ import annotations
 
-from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
 
 from .errors import LayerError
 
@@ -17,6 +17,22 @@ if TYPE_CHECKING:
     from torch import nn
 
     from .layers import ResolvedLayer
+
+
+@contextmanager
+def eval_mode(model: "nn.Module") -> Iterator[None]:
+    """Eval mode inside; every module's own train/eval flag restored after.
+
+    Per module, not just the root: `model.train(flag)` would undo a fine-tuning
+    setup such as a train-mode model with frozen (eval) BatchNorm.
+    """
+    modes = [(module, module.training) for module in model.modules()]
+    try:
+        model.eval()
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def first_tensor(output: Any) -> "torch.Tensor | None":
@@ -43,19 +59,15 @@ class LayerRecorder:
         self.model_name = model_name
         self.outputs: dict[str, torch.Tensor] = {}
         self._handles: list[Any] = []
-        self._modes: list[tuple[nn.Module, bool]] = []
         self._stack = ExitStack()
 
     def __enter__(self) -> "LayerRecorder":
         import torch
 
-        # per module, not just the root: `model.train(flag)` would undo a
-        # fine-tuning setup such as a train-mode model with frozen (eval) BatchNorm
-        self._modes = [(module, module.training) for module in self.model.modules()]
         try:
             for layer in self.layers:
                 self._handles.append(layer.module.register_forward_hook(self._hook_for(layer.name)))
-            self.model.eval()
+            self._stack.enter_context(eval_mode(self.model))
             # explanations need a graph even when the caller sits in no_grad or inference_mode
             self._stack.enter_context(torch.inference_mode(False))
             self._stack.enter_context(torch.enable_grad())
@@ -73,9 +85,6 @@ class LayerRecorder:
             handle.remove()
         self._handles.clear()
         self.outputs.clear()
-        for module, training in self._modes:
-            module.training = training
-        self._modes.clear()
 
     def _hook_for(self, name: str) -> Any:
         def hook(_module: "nn.Module", _inputs: Any, output: Any) -> Any:

@@ -168,7 +168,7 @@ def probe_shapes(model: "nn.Module", input_hw: tuple[int, int]) -> dict[str, tup
     """Output shape of every module in one no-grad forward, in the order modules last finished."""
     import torch
 
-    from .extractor import first_tensor
+    from .extractor import eval_mode, first_tensor
 
     shapes: dict[str, tuple[int, ...]] = {}
 
@@ -182,16 +182,12 @@ def probe_shapes(model: "nn.Module", input_hw: tuple[int, int]) -> dict[str, tup
         return hook
 
     handles = [module.register_forward_hook(hook_for(name)) for name, module in model.named_modules()]
-    modes = [(module, module.training) for module in model.modules()]
     try:
-        model.eval()
-        with torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             model(torch.zeros(1, 3, *input_hw))
     finally:
         for handle in handles:
             handle.remove()
-        for module, training in modes:
-            module.training = training
     return shapes
 
 
