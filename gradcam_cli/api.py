@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence, Union
 
-from .cams import compute_cams
+from .cams import CamOptions, compute_cams
 from .layers import ResolvedLayer, resolve_layer
 from .methods import get_method
 from .targets import TargetChoice
@@ -40,11 +40,18 @@ def cam(
     classes: "int | Sequence[int] | None" = None,
     *,
     grid: tuple[int, int] | None = None,
+    eigen_smooth: bool = False,
+    aug_smooth: bool = False,
+    relu: bool = True,
+    norm: str = "minmax",
+    combine: str = "mean",
+    cam_batch_size: int = 32,
 ) -> "torch.Tensor":
-    """Class activation maps (N, H, W) in [0, 1] at the size of `x`.
+    """Class activation maps (N, H, W) at the size of `x`, in [0, 1] unless norm="none".
 
     `layers` are dotted paths (negative indices allowed) or modules of `model`;
     `classes` is None (each image's top class), one index for all, or one per image.
+    The other options are those of `gradcam explain` (see the README).
     The model is left exactly as it was found (hooks, train/eval mode).
     """
     if isinstance(layers, str) or not isinstance(layers, Sequence):
@@ -56,6 +63,7 @@ def cam(
         resolved,
         get_method(method),
         _as_choice(classes),
+        options=CamOptions(relu, norm, combine, eigen_smooth, aug_smooth, cam_batch_size),
         num_prefix_tokens=getattr(model, "num_prefix_tokens", None),
         grid=grid,
         model_name=type(model).__name__,

@@ -1,15 +1,19 @@
-"""From a batch of input tensors to normalised maps: the heart of every run.
+"""From a batch of input tensors to maps: the heart of every run.
 
-Extractor → layout → method → ReLU → upsample → combine layers → min-max.
-Kept free of files and images so the Python API and the CLI share it.
+One runner per method kind (see `methods.MethodKind`), then the same finish for
+all: channels reduced (sum, or first principal component), ReLU, per-layer
+normalisation, upsampling, layers combined, renormalised. Kept free of files
+and images so the Python API and the CLI share it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from .extractor import LayerRecorder
 from .layout import Layout, LayoutHints, channels_dim_hint, detect_layout
+from .methods import MethodKind
+from .methods.projection import first_component
 
 if TYPE_CHECKING:
     import torch
@@ -20,18 +24,60 @@ if TYPE_CHECKING:
     from .targets import TargetChoice
 
 EPSILON = 1e-7
+NORMS = ("minmax", "none")
+COMBINES = ("mean", "max", "product")
+
+# progress(what, done, total): long per-batch work (masked forwards) reports here
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class CamOptions:
+    """How maps are post-processed, and the knobs of the costlier methods."""
+
+    relu: bool = True
+    norm: str = "minmax"  # "minmax": each map in [0, 1]; "none": the raw values
+    combine: str = "mean"  # how several layers' maps are merged
+    eigen_smooth: bool = False  # reduce channels by the first principal component
+    aug_smooth: bool = False  # average over flips and rescalings (see augment.py)
+    cam_batch_size: int = 32  # masked/ablated forwards per pass (scorecam, ablationcam)
+    progress: ProgressFn | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, not {self.norm!r}")
+        if self.combine not in COMBINES:
+            raise ValueError(f"combine must be one of {COMBINES}, not {self.combine!r}")
+        if self.cam_batch_size < 1:
+            raise ValueError("cam_batch_size must be 1 or more")
 
 
 @dataclass
 class CamBatch:
-    """Maps (N, K, H, W) in [0, 1] at the input size, with what was explained."""
+    """Maps (N, K, H, W) at the input size, with what was explained.
+
+    `maps` are in [0, 1] with norm "minmax", raw values with norm "none".
+    `guided` holds the guided-backprop x CAM images (N, K, 3, H, W) of
+    guided methods, else None.
+    """
 
     maps: "torch.Tensor"
-    blank: "torch.Tensor"  # (N, K) bool: nothing survived the ReLU
+    blank: "torch.Tensor"  # (N, K) bool: nothing survived the ReLU / a flat map
     finite: "torch.Tensor"  # (N,) bool: scores and gradients were finite
     logits: "torch.Tensor"  # (N, classes)
     targets: "torch.Tensor"  # (N, K) class indices
     layouts: list[Layout]
+    guided: "torch.Tensor | None" = None
+
+
+@dataclass(frozen=True)
+class NetworkGradients:
+    """What a whole-network method (FullGrad) receives for one target rank."""
+
+    inputs: "torch.Tensor"  # (N, 3, H, W) the input batch
+    input_grad: "torch.Tensor"  # d(score)/d(input)
+    layers: list[tuple["nn.Module", "torch.Tensor"]]  # (module, d(score)/d(its output)) for each hooked layer
+    eigen_smooth: bool = False
 
 
 def normalise(maps: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -54,7 +100,8 @@ def normalise(maps: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
     return scaled.clamp_(0.0, 1.0), blank
 
 
-def _upsample(maps: "torch.Tensor", size: tuple[int, int]) -> "torch.Tensor":
+def upsample(maps: "torch.Tensor", size: tuple[int, int]) -> "torch.Tensor":
+    """(N, h, w) → (N, H, W) bilinear, half-pixel centres (as cv2.resize, so maps match the reference)."""
     import torch.nn.functional as F
 
     if tuple(maps.shape[-2:]) == tuple(size):
@@ -62,14 +109,24 @@ def _upsample(maps: "torch.Tensor", size: tuple[int, int]) -> "torch.Tensor":
     return F.interpolate(maps[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
 
 
-def layer_maps(
-    method: "CamMethod",
-    activations: Sequence["torch.Tensor"],
-    gradients: Sequence["torch.Tensor"],
-    layouts: Sequence[Layout],
-    size: tuple[int, int],
+def combine_layers(per_layer: Sequence["torch.Tensor"], how: str) -> "torch.Tensor":
+    """Several layers' maps (each N×H×W, same size) → one."""
+    import torch
+
+    if len(per_layer) == 1:
+        return per_layer[0]
+    stacked = torch.stack(list(per_layer))
+    if how == "max":
+        return stacked.amax(dim=0)
+    if how == "product":
+        return stacked.prod(dim=0)
+    return stacked.mean(dim=0)
+
+
+def finish_maps(
+    raw_per_layer: Sequence["torch.Tensor"], size: tuple[int, int], options: CamOptions
 ) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """One map per image from several layers: each ReLU'd, normalised, upsampled, then averaged.
+    """Raw layer maps → one map per image, and whether it is blank.
 
     Each layer is normalised at its own resolution, before upsampling: bilinear
     upsampling shaves a peak by an amount that depends on the layer's stride, so
@@ -77,25 +134,168 @@ def layer_maps(
     This is also pytorch-grad-cam's order, so multi-layer maps match the reference.
     """
     per_layer = []
-    for activation, gradient, layout in zip(activations, gradients, layouts):
-        raw = method.compute(layout.to_nchw(activation).float(), layout.to_nchw(gradient).float())
-        per_layer.append(_upsample(normalise(raw.clamp(min=0))[0], size))
-    if len(per_layer) == 1:
-        combined = per_layer[0]
-    else:
-        import torch
+    for raw in raw_per_layer:
+        if options.relu:
+            raw = raw.clamp(min=0)
+        if options.norm == "minmax":
+            raw = normalise(raw)[0]
+        per_layer.append(upsample(raw, size))
+    combined = combine_layers(per_layer, options.combine)
+    scaled, blank = normalise(combined)
+    return (scaled if options.norm == "minmax" else combined), blank
 
-        combined = torch.stack(per_layer).mean(dim=0)
-    return normalise(combined)
 
-
-def _finite_rows(*tensors: "torch.Tensor") -> "torch.Tensor":
+def finite_rows(*tensors: "torch.Tensor") -> "torch.Tensor":
+    """(N,) bool: every value of each image's row is finite, in all the tensors."""
     finite = None
     for t in tensors:
         rows = t.flatten(start_dim=1).isfinite().all(dim=1)
         finite = rows if finite is None else finite & rows
     assert finite is not None
     return finite
+
+
+@dataclass
+class _Job:
+    """One batch to explain, and everything the runners share about it."""
+
+    model: "nn.Module"
+    x: "torch.Tensor"
+    layers: "Sequence[ResolvedLayer]"
+    method: "CamMethod"
+    targets: "TargetChoice"
+    options: CamOptions
+    hints: LayoutHints
+    model_name: str
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return (int(self.x.shape[-2]), int(self.x.shape[-1]))
+
+    def layouts(self, activations: Sequence["torch.Tensor"]) -> list[Layout]:
+        return [
+            detect_layout(
+                tuple(a.shape), self.size,
+                LayoutHints(self.hints.num_prefix_tokens, self.hints.grid, channels_dim_hint(layer.module)), layer.name,
+            )
+            for a, layer in zip(activations, self.layers)
+        ]
+
+    def reduce(self, contributions: "torch.Tensor") -> "torch.Tensor":
+        """Channel contributions (N, C, h, w) → raw map (N, h, w)."""
+        if self.method.projection or self.options.eigen_smooth:
+            return first_component(contributions)
+        return contributions.sum(dim=1)
+
+
+def _stack(maps: list["torch.Tensor"], blanks: list["torch.Tensor"]) -> tuple["torch.Tensor", "torch.Tensor"]:
+    import torch
+
+    return torch.stack(maps, dim=1).nan_to_num_(0.0), torch.stack(blanks, dim=1)
+
+
+def _run_gradient(job: _Job) -> CamBatch:
+    """One forward with a graph, one gradient pass per target rank, stopping at the layers."""
+    from .guided import guided_backprop
+
+    method = job.method
+    with LayerRecorder(job.model, list(job.layers), job.model_name) as recorder, guided_backprop(method.guided) as guide:
+        logits = recorder.forward(job.x)
+        chosen = job.targets.choose(logits)
+        activations = recorder.activations()
+        layouts = job.layouts(activations)
+        finite = finite_rows(logits.detach(), *activations)
+        maps, blanks, guided = [], [], []
+        for k in range(chosen.shape[1]):
+            score = logits.gather(1, chosen[:, k : k + 1]).sum()
+            more = k + 1 < chosen.shape[1]
+            gradients = recorder.gradients(score, retain_graph=more or method.guided)
+            finite &= finite_rows(*gradients)
+            raws = [
+                job.reduce(method.compute(layout.to_nchw(a).float(), layout.to_nchw(g).float()))
+                for a, g, layout in zip(activations, gradients, layouts)
+            ]
+            cam, blank = finish_maps(raws, job.size, job.options)
+            if guide is not None:
+                backprop = guide.input_gradient(score, recorder.input, retain_graph=more)
+                finite &= finite_rows(backprop)
+                cam, blank, image = guide.combine(cam, backprop, job.options)
+                guided.append(image)
+            maps.append(cam)
+            blanks.append(blank)
+    maps_t, blanks_t = _stack(maps, blanks)
+    import torch
+
+    guided_t = torch.stack(guided, dim=1) if guided else None
+    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, layouts, guided_t)
+
+
+def _run_forward_only(job: _Job) -> CamBatch:
+    """Gradient-free methods: one forward that builds no graph, then the method's own forwards, if any."""
+    import torch
+
+    from .perturb import LayerProbe
+
+    with torch.inference_mode():
+        with LayerRecorder(job.model, list(job.layers), job.model_name, graph=False) as recorder:
+            logits = recorder.forward(job.x)
+            activations = recorder.activations()
+        chosen = job.targets.choose(logits)
+        layouts = job.layouts(activations)
+        finite = finite_rows(logits, *activations)
+        grids = [layout.to_nchw(a).float() for a, layout in zip(activations, layouts)]
+        maps, blanks = [], []
+        class_free: tuple["torch.Tensor", "torch.Tensor"] | None = None
+        for k in range(chosen.shape[1]):
+            if job.method.kind is MethodKind.ACTIVATION:
+                class_free = class_free or finish_maps(
+                    [job.reduce(job.method.compute(a, None)) for a in grids], job.size, job.options
+                )
+                cam, blank = class_free
+            else:
+                raws = []
+                for layer, raw, layout, a in zip(job.layers, activations, layouts, grids):
+                    probe = LayerProbe(job.model, job.x, layer, layout, raw, a, logits, chosen[:, k],
+                                       job.options.cam_batch_size, job.options.progress, job.method.name)
+                    weights = job.method.compute(probe)
+                    raws.append(job.reduce(weights[:, :, None, None] * a))
+                cam, blank = finish_maps(raws, job.size, job.options)
+            maps.append(cam)
+            blanks.append(blank)
+        maps_t, blanks_t = _stack(maps, blanks)
+        return CamBatch(maps_t, blanks_t, finite, logits, chosen, layouts)
+
+
+def _run_network(job: _Job) -> CamBatch:
+    """Whole-network methods: gradients at the input and at every layer the method picks."""
+    hooked = job.method.network_layers(job.model)  # type: ignore[misc]
+    with LayerRecorder(job.model, hooked, job.model_name, strict=False) as recorder:
+        logits = recorder.forward(job.x)
+        chosen = job.targets.choose(logits)
+        finite = finite_rows(logits.detach())
+        maps, blanks = [], []
+        for k in range(chosen.shape[1]):
+            score = logits.gather(1, chosen[:, k : k + 1]).sum()
+            input_grad, gradients = recorder.gradients_with_input(score, retain_graph=k + 1 < chosen.shape[1])
+            finite &= finite_rows(input_grad, *gradients)
+            ran = recorder.ran_layers()
+            network = NetworkGradients(
+                recorder.input.detach(), input_grad, [(layer.module, g) for layer, g in zip(ran, gradients)],
+                job.options.eigen_smooth,
+            )
+            cam, blank = finish_maps([job.method.compute(network)], job.size, job.options)
+            maps.append(cam)
+            blanks.append(blank)
+    maps_t, blanks_t = _stack(maps, blanks)
+    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, [])
+
+
+_RUNNERS = {
+    MethodKind.GRADIENT: _run_gradient,
+    MethodKind.ACTIVATION: _run_forward_only,
+    MethodKind.PERTURBATION: _run_forward_only,
+    MethodKind.NETWORK: _run_network,
+}
 
 
 def compute_cams(
@@ -105,32 +305,22 @@ def compute_cams(
     method: "CamMethod",
     targets: "TargetChoice",
     *,
+    options: CamOptions | None = None,
     num_prefix_tokens: int | None = None,
     grid: tuple[int, int] | None = None,
     model_name: str = "the model",
 ) -> CamBatch:
-    """One forward, one gradient pass per target rank; maps at the input tensor's size."""
-    import torch
+    """Maps at the input tensor's size for each image and target rank."""
+    options = options or CamOptions()
+    job = _Job(model, x, layers, method, targets, options, LayoutHints(num_prefix_tokens, grid), model_name)
+    if options.aug_smooth:
+        from .augment import smoothed
 
-    size = (int(x.shape[-2]), int(x.shape[-1]))
-    with LayerRecorder(model, list(layers), model_name) as recorder:
-        logits = recorder.forward(x)
-        chosen = targets.choose(logits)
-        activations = recorder.activations()
-        layouts = [
-            detect_layout(
-                tuple(a.shape), size, LayoutHints(num_prefix_tokens, grid, channels_dim_hint(layer.module)), layer.name
-            )
-            for a, layer in zip(activations, layers)
-        ]
-        finite = _finite_rows(logits.detach(), *activations)
-        maps, blanks = [], []
-        for k in range(chosen.shape[1]):
-            score = logits.gather(1, chosen[:, k : k + 1]).sum()
-            gradients = recorder.gradients(score, retain_graph=k + 1 < chosen.shape[1])
-            finite &= _finite_rows(*gradients)
-            cam, blank = layer_maps(method, activations, gradients, layouts, size)
-            maps.append(cam)
-            blanks.append(blank)
-    maps_t = torch.stack(maps, dim=1).nan_to_num_(0.0)
-    return CamBatch(maps_t, torch.stack(blanks, dim=1), finite, logits.detach(), chosen, layouts)
+        return smoothed(lambda x_aug, choice: _run_once(job, x_aug, choice), x, targets, options)
+    return _run_once(job, x, targets)
+
+
+def _run_once(job: _Job, x: "torch.Tensor", targets: "TargetChoice") -> CamBatch:
+    from dataclasses import replace
+
+    return _RUNNERS[job.method.kind](replace(job, x=x, targets=targets))

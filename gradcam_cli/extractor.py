@@ -51,13 +51,22 @@ class LayerRecorder:
 
     The hook hands a clone downstream, so an in-place op after the target
     layer (ReLU(inplace=True), `x += ...`) cannot corrupt the saved output.
+    With `graph=False` (gradient-free methods) the forward builds no graph at
+    all. With `strict=False` (whole-network methods hooking many layers) layers
+    that never ran or do not feed the score are skipped instead of refused.
     """
 
-    def __init__(self, model: "nn.Module", layers: "list[ResolvedLayer]", model_name: str = "the model") -> None:
+    def __init__(
+        self, model: "nn.Module", layers: "list[ResolvedLayer]", model_name: str = "the model",
+        *, graph: bool = True, strict: bool = True,
+    ) -> None:
         self.model = model
         self.layers = layers
         self.model_name = model_name
+        self.graph = graph
+        self.strict = strict
         self.outputs: dict[str, torch.Tensor] = {}
+        self.input: "torch.Tensor | None" = None
         self._handles: list[Any] = []
         self._stack = ExitStack()
 
@@ -68,9 +77,12 @@ class LayerRecorder:
             for layer in self.layers:
                 self._handles.append(layer.module.register_forward_hook(self._hook_for(layer.name)))
             self._stack.enter_context(eval_mode(self.model))
-            # explanations need a graph even when the caller sits in no_grad or inference_mode
-            self._stack.enter_context(torch.inference_mode(False))
-            self._stack.enter_context(torch.enable_grad())
+            if self.graph:
+                # explanations need a graph even when the caller sits in no_grad or inference_mode
+                self._stack.enter_context(torch.inference_mode(False))
+                self._stack.enter_context(torch.enable_grad())
+            else:
+                self._stack.enter_context(torch.inference_mode())
         except BaseException:
             self._cleanup()
             raise
@@ -85,6 +97,7 @@ class LayerRecorder:
             handle.remove()
         self._handles.clear()
         self.outputs.clear()
+        self.input = None
 
     def _hook_for(self, name: str) -> Any:
         def hook(_module: "nn.Module", _inputs: Any, output: Any) -> Any:
@@ -104,15 +117,15 @@ class LayerRecorder:
         return hook
 
     def forward(self, x: "torch.Tensor") -> "torch.Tensor":
-        """Run the model with a graph; the input requires grad so frozen models work too."""
+        """Run the model; with a graph, the input requires grad so frozen models work too."""
         self.outputs.clear()
-        x = x.detach().clone().requires_grad_(True)
-        logits = self.model(x)
+        self.input = x.detach().clone().requires_grad_(True) if self.graph else x
+        logits = self.model(self.input)
         logits = first_tensor(logits.logits if hasattr(logits, "logits") else logits)
         if logits is None or logits.dim() != 2:
             raise LayerError(f"{self.model_name} does not return class scores of shape (N, classes)")
         missing = [layer.name for layer in self.layers if layer.name not in self.outputs]
-        if missing:
+        if missing and self.strict:
             raise LayerError(
                 f"layer '{missing[0]}' never ran in the forward pass of {self.model_name} "
                 "(it is defined but unused); pick another with: gradcam layers MODEL"
@@ -121,6 +134,24 @@ class LayerRecorder:
 
     def activations(self) -> "list[torch.Tensor]":
         return [self.outputs[layer.name].detach() for layer in self.layers]
+
+    def ran_layers(self) -> "list[ResolvedLayer]":
+        """The hooked layers whose output the last forward recorded and that carry a graph."""
+        return [layer for layer in self.layers if layer.name in self.outputs and self.outputs[layer.name].requires_grad]
+
+    def gradients_with_input(self, score: "torch.Tensor", retain_graph: bool) -> "tuple[torch.Tensor, list[torch.Tensor]]":
+        """d(score)/d(input) and d(score)/d(output) of each of `ran_layers()`, in one backward pass.
+
+        A layer the score does not depend on gets a zero gradient (non-strict use).
+        """
+        import torch
+
+        assert self.input is not None
+        ran = self.ran_layers()
+        outputs = [self.input] + [self.outputs[layer.name] for layer in ran]
+        grads = torch.autograd.grad(score, outputs, retain_graph=retain_graph, allow_unused=True)
+        filled = [torch.zeros_like(o) if g is None else g.detach() for o, g in zip(outputs, grads)]
+        return filled[0], filled[1:]
 
     def gradients(self, score: "torch.Tensor", retain_graph: bool) -> "list[torch.Tensor]":
         """d(score)/d(each target layer's output); no parameter gradient is computed."""

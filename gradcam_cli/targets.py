@@ -71,3 +71,17 @@ def target_choice(values: Sequence[str | int], topk: int, class_names: Sequence[
     if values and topk > 1:
         raise UsageError("--class and --topk exclude each other; use one")
     return TargetChoice(classes=tuple(parse_class(v, class_names) for v in values), topk=topk)
+
+
+@dataclass(frozen=True)
+class FixedTargets:
+    """Classes already chosen (N, K): reruns of a batch (test-time augmentation) explain the same ones."""
+
+    chosen: "torch.Tensor"
+
+    @property
+    def count(self) -> int:
+        return int(self.chosen.shape[1])
+
+    def choose(self, logits: "torch.Tensor") -> "torch.Tensor":
+        return self.chosen.to(logits.device)

@@ -7,15 +7,33 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from enum import Enum
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import UsageError
 
 if TYPE_CHECKING:
     import torch
 
-# (activations N×C×H×W, gradients N×C×H×W) → raw map N×H×W, before ReLU
-CamFunction = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+
+
+class MethodKind(str, Enum):
+    """What a method needs from the model; `cams.py` has one runner per kind.
+
+    Each kind fixes what `compute` receives and returns:
+    - GRADIENT: (activations N×C×H×W, gradients N×C×H×W) → channel contributions N×C×H×W
+    - ACTIVATION: (activations N×C×H×W, None) → channel contributions N×C×H×W; no graph built
+    - PERTURBATION: (`perturb.LayerProbe`) → channel weights N×C, from extra forwards without a graph
+    - NETWORK: (`cams.NetworkGradients`) → raw map N×H×W at the input size; target layers unused
+    """
+
+    GRADIENT = "gradient"
+    ACTIVATION = "activation"
+    PERTURBATION = "perturbation"
+    NETWORK = "network"
+
+
+CamFunction = Callable[..., "torch.Tensor"]
 
 
 @dataclass(frozen=True)
@@ -24,18 +42,22 @@ class CamMethod:
     summary: str
     passes: str
     compute: CamFunction
+    kind: MethodKind = MethodKind.GRADIENT
+    projection: bool = False  # channels reduced by the first principal component, not a sum
+    guided: bool = False  # the map is multiplied by guided backpropagation at the input
+    network_layers: "Callable[[Any], list[Any]] | None" = None  # NETWORK kind: model → the ResolvedLayers to hook
 
 
 METHODS: dict[str, CamMethod] = {}
 
 
-def register_method(name: str, *, summary: str, passes: str) -> Callable[[CamFunction], CamFunction]:
-    """Decorator: add a CAM function to the registry under its CLI name."""
+def register_method(name: str, *, summary: str, passes: str, **flags: Any) -> Callable[[CamFunction], CamFunction]:
+    """Decorator: add a CAM function to the registry under its CLI name (flags: kind, projection, guided)."""
 
     def add(function: CamFunction) -> CamFunction:
         if name in METHODS:
             raise ValueError(f"CAM method '{name}' registered twice")
-        METHODS[name] = CamMethod(name, summary, passes, function)
+        METHODS[name] = CamMethod(name, summary, passes, function, **flags)
         return function
 
     return add
@@ -61,3 +83,8 @@ from . import gradcam_plusplus as _gradcam_plusplus  # noqa: E402,F401
 from . import xgradcam as _xgradcam  # noqa: E402,F401
 from . import layercam as _layercam  # noqa: E402,F401
 from . import eigengradcam as _eigengradcam  # noqa: E402,F401
+from . import eigencam as _eigencam  # noqa: E402,F401
+from . import scorecam as _scorecam  # noqa: E402,F401
+from . import ablationcam as _ablationcam  # noqa: E402,F401
+from . import guided_gradcam as _guided_gradcam  # noqa: E402,F401
+from . import fullgrad as _fullgrad  # noqa: E402,F401

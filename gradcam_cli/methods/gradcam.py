@@ -20,4 +20,4 @@ if TYPE_CHECKING:
 )
 def gradcam(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
     weights = gradients.mean(dim=(2, 3), keepdim=True)
-    return (weights * activations).sum(dim=1)
+    return weights * activations

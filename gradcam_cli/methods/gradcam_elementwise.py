@@ -21,4 +21,4 @@ if TYPE_CHECKING:
     passes="1 forward + 1 backward to the layer",
 )
 def gradcam_elementwise(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
-    return (gradients * activations).clamp(min=0).sum(dim=1)
+    return (gradients * activations).clamp(min=0)

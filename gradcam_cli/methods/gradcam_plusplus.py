@@ -32,4 +32,4 @@ def gradcam_plusplus(activations: "torch.Tensor", gradients: "torch.Tensor") -> 
     alpha = g2 / (2 * g2 + channel_sums * g3 + EPS)
     alpha = torch.where(gradients != 0, alpha, torch.zeros_like(alpha))
     weights = (gradients.clamp(min=0) * alpha).sum(dim=(2, 3), keepdim=True)
-    return (weights * activations).sum(dim=1)
+    return weights * activations

@@ -20,4 +20,4 @@ if TYPE_CHECKING:
     passes="1 forward + 1 backward to the layer",
 )
 def hirescam(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
-    return (gradients * activations).sum(dim=1)
+    return gradients * activations

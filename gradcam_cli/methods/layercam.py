@@ -20,4 +20,4 @@ if TYPE_CHECKING:
     passes="1 forward + 1 backward to the layer",
 )
 def layercam(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
-    return (gradients.clamp(min=0) * activations).sum(dim=1)
+    return gradients.clamp(min=0) * activations

@@ -24,4 +24,4 @@ EPS = 1e-7  # the reference's stabiliser for a channel that sums to zero
 def xgradcam(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
     channel_sums = activations.sum(dim=(2, 3), keepdim=True)
     weights = (gradients * activations / (channel_sums + EPS)).sum(dim=(2, 3), keepdim=True)
-    return (weights * activations).sum(dim=1)
+    return weights * activations

@@ -1,0 +1,122 @@
+"""Many forwards without a graph, for the gradient-free methods (Score-CAM, Ablation-CAM).
+
+Every (image, channel) pair needs one forward of a perturbed copy. The pairs
+are flattened across the whole batch and run `batch_size` at a time, so the
+device stays busy however few images there are, and only one chunk of
+perturbed inputs ever exists: memory stays flat however many channels the
+layer has (the reference builds all N x C masked images at once).
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from .extractor import eval_mode, first_tensor
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from .cams import ProgressFn
+    from .layers import ResolvedLayer
+    from .layout import Layout
+
+# (image indices (B,), channel indices (B,)) → the B inputs to score
+InputMaker = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
+
+
+@dataclass
+class LayerProbe:
+    """What a gradient-free method may ask of the model, for one layer and one target rank."""
+
+    model: "nn.Module"
+    x: "torch.Tensor"  # (N, 3, H, W) the batch being explained
+    layer: "ResolvedLayer"
+    layout: "Layout"
+    output: "torch.Tensor"  # the layer's output as the model produced it (any layout)
+    activations: "torch.Tensor"  # the same as N×C×h×w float
+    logits: "torch.Tensor"  # (N, classes) of the unperturbed batch
+    classes: "torch.Tensor"  # (N,) the class explained for each image
+    batch_size: int
+    progress: "ProgressFn | None" = None
+    method_name: str = "perturbation"
+
+    @property
+    def num_channels(self) -> int:
+        return int(self.activations.shape[1])
+
+    def target_scores(self) -> "torch.Tensor":
+        """(N,) each image's score for its class, unperturbed."""
+        return self.logits.gather(1, self.classes[:, None])[:, 0].float()
+
+    def scores_of_inputs(self, make_inputs: InputMaker) -> "torch.Tensor":
+        """(N, C): the class score of the input `make_inputs` builds for each (image, channel)."""
+        with _quiet_model(self.model):
+            return self._scores(lambda images, channels: self.model(make_inputs(images, channels)))
+
+    def scores_with_channel_ablated(self) -> "torch.Tensor":
+        """(N, C): each image's class score when one channel of the layer's output is set to zero.
+
+        The layer's output is replaced by a forward hook (the model is never
+        edited); layers before it still run, as in the reference.
+        """
+        chunk: dict[str, Any] = {}
+
+        def replace(_module: "nn.Module", _inputs: Any, output: Any) -> Any:
+            ablated = self._ablated(chunk["images"], chunk["channels"])
+            return ablated if not isinstance(output, (tuple, list)) else type(output)((ablated, *output[1:]))
+
+        def run(images: "torch.Tensor", channels: "torch.Tensor") -> Any:
+            chunk["images"], chunk["channels"] = images, channels
+            return self.model(self.x[images])
+
+        handle = self.layer.module.register_forward_hook(replace)
+        try:
+            with _quiet_model(self.model):
+                return self._scores(run)
+        finally:
+            handle.remove()
+
+    def _ablated(self, images: "torch.Tensor", channels: "torch.Tensor") -> "torch.Tensor":
+        """The recorded output of `images`, with channel `channels[j]` of row j zeroed."""
+        import torch
+
+        out = self.output[images].clone()
+        rows = torch.arange(len(images), device=out.device)
+        if self.layout.kind == "NCHW":
+            out[rows, channels] = 0
+        else:  # channels last: NHWC, or NLC tokens (every token, prefix ones included)
+            moved = out.movedim(-1, 1)
+            moved[rows, channels] = 0
+        return out
+
+    def _scores(self, forward: Callable[["torch.Tensor", "torch.Tensor"], Any]) -> "torch.Tensor":
+        import torch
+
+        n, c = int(self.x.shape[0]), self.num_channels
+        scores = torch.empty(n * c, dtype=torch.float32, device=self.x.device)
+        for start, images, channels in self._chunks(n, c):
+            out = forward(images, channels)
+            logits = first_tensor(out.logits if hasattr(out, "logits") else out)
+            assert logits is not None
+            scores[start : start + len(images)] = logits.gather(1, self.classes[images][:, None])[:, 0].float()
+            if self.progress:
+                self.progress(f"{self.method_name} {self.layer.name}", start + len(images), n * c)
+        return scores.reshape(n, c)
+
+    def _chunks(self, n: int, c: int) -> Iterator[tuple[int, "torch.Tensor", "torch.Tensor"]]:
+        import torch
+
+        for start in range(0, n * c, self.batch_size):
+            flat = torch.arange(start, min(start + self.batch_size, n * c), device=self.x.device)
+            yield start, flat // c, flat % c
+
+
+@contextmanager
+def _quiet_model(model: "nn.Module") -> Iterator[None]:
+    """Eval mode and no graph for the extra forwards; the model's flags restored after."""
+    import torch
+
+    with eval_mode(model), torch.inference_mode():
+        yield
