@@ -8,6 +8,7 @@ and images so the Python API and the CLI share it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .extractor import LayerRecorder
@@ -24,8 +25,21 @@ if TYPE_CHECKING:
     from .targets import TargetChoice
 
 EPSILON = 1e-7
-NORMS = ("minmax", "none")
-COMBINES = ("mean", "max", "product")
+
+
+class Norm(str, Enum):
+    minmax = "minmax"  # each map scaled to [0, 1]
+    none = "none"  # raw values, for users who need them (written by --save-raw)
+
+
+class Combine(str, Enum):
+    mean = "mean"
+    max = "max"
+    product = "product"
+
+
+NORMS = tuple(n.value for n in Norm)
+COMBINES = tuple(c.value for c in Combine)
 
 # progress(what, done, total): long per-batch work (masked forwards) reports here
 ProgressFn = Callable[[str, int, int], None]

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Optional, TextIO
 import typer
 
 from . import __version__
+from .cams import Combine, Norm
 from .errors import ExitCode, GradcamError, UsageError
 from .images import Colormap
 
@@ -73,6 +74,7 @@ def root(
 PRESET_PARAMS = (
     "model", "pretrained", "weights", "labels", "layers", "method", "classes", "topk", "crop",
     "colormap", "alpha", "save_raw", "batch_size", "device", "grid", "output_dir", "recursive",
+    "relu", "norm", "combine", "eigen_smooth", "aug_smooth", "cam_batch_size", "save_guided",
 )
 
 
@@ -92,21 +94,30 @@ def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Optional[Pa
     return merged
 
 
+def _choice(enum: Any, option: str, value: Any) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        raise UsageError(f"{option} '{value}' is unknown; use one of {', '.join(c.value for c in enum)}") from None
+
+
+def _at_least_one(option: str, value: Any) -> int:
+    if int(value) < 1:
+        raise UsageError(f"{option} {value}: must be 1 or more")
+    return int(value)
+
+
 def _settings(values: dict[str, Any]) -> Any:
     from .layout import parse_grid
     from .pipeline import ExplainSettings
 
     if not values.get("model"):
         raise UsageError("--model is required (or a --config preset that names one), e.g. --model resnet50")
-    try:
-        colormap = Colormap(values["colormap"])
-    except ValueError:
-        raise UsageError(f"colormap '{values['colormap']}' is unknown; use one of {', '.join(c.value for c in Colormap)}") from None
-    alpha, batch_size = float(values["alpha"]), int(values["batch_size"])
+    colormap = _choice(Colormap, "colormap", values["colormap"])
+    alpha = float(values["alpha"])
     if not 0.0 <= alpha <= 1.0:
         raise UsageError(f"--alpha {alpha}: must be between 0 and 1")
-    if batch_size < 1:
-        raise UsageError(f"--batch-size {batch_size}: must be 1 or more")
+    batch_size = _at_least_one("--batch-size", values["batch_size"])
     grid = values.get("grid")
     return ExplainSettings(
         model=str(values["model"]),
@@ -126,6 +137,13 @@ def _settings(values: dict[str, Any]) -> Any:
         grid=parse_grid(grid) if grid else None,
         output_dir=Path(values["output_dir"]),
         recursive=bool(values["recursive"]),
+        relu=bool(values["relu"]),
+        norm=_choice(Norm, "--norm", values["norm"]),
+        combine=_choice(Combine, "--combine", values["combine"]),
+        eigen_smooth=bool(values["eigen_smooth"]),
+        aug_smooth=bool(values["aug_smooth"]),
+        cam_batch_size=_at_least_one("--cam-batch-size", values["cam_batch_size"]),
+        save_guided=bool(values["save_guided"]),
     )
 
 
@@ -170,7 +188,24 @@ def explain(
     ] = False,
     colormap: Annotated[Colormap, typer.Option("--colormap", help="Heat-map colours.")] = Colormap.jet,
     alpha: Annotated[float, typer.Option("--alpha", help="Heat-map opacity over the photo, 0 to 1.")] = 0.5,
-    save_raw: Annotated[bool, typer.Option("--save-raw", help="Also write the float32 map in [0,1] at the image's size as .npy.")] = False,
+    relu: Annotated[bool, typer.Option("--relu/--no-relu", help="Keep only positive evidence (default), or the signed map.")] = True,
+    norm: Annotated[Norm, typer.Option("--norm", help="minmax: each map scaled to [0,1]; none: raw values (see --save-raw).")] = Norm.minmax,
+    combine: Annotated[Combine, typer.Option("--combine", help="How the maps of several --layer are merged.")] = Combine.mean,
+    eigen_smooth: Annotated[
+        bool, typer.Option("--eigen-smooth", help="First principal component of the weighted activations instead of their sum.")
+    ] = False,
+    aug_smooth: Annotated[
+        bool, typer.Option("--aug-smooth", help="Average the maps of 6 mirrored and zoomed views (6x the cost).")
+    ] = False,
+    cam_batch_size: Annotated[
+        int, typer.Option("--cam-batch-size", help="Masked or ablated forwards per pass (scorecam, ablationcam).", min=1)
+    ] = 32,
+    save_raw: Annotated[
+        bool, typer.Option("--save-raw", help="Also write the float32 map at the image's size as .npy (in [0,1] unless --norm none).")
+    ] = False,
+    save_guided: Annotated[
+        bool, typer.Option("--save-guided", help="With --method guided-gradcam: also write the RGB guided image.")
+    ] = False,
     output_dir: Annotated[str, typer.Option("--output-dir", "-o", help="Where overlays go; input sub-folders are mirrored.")] = "gradcam_out",
     recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Scan folders recursively.")] = False,
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Images per forward pass.", min=1)] = 8,
@@ -202,7 +237,7 @@ def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines:
     as_json = (not streams.stdout_tty) if json_lines is None else json_lines
     progress = _progress(streams, quiet)
     warn = progress.warn if progress else streams.warn
-    explainer = Explainer(settings, warn=warn)
+    explainer = Explainer(settings, warn=warn, progress=progress.detail if progress else None)
 
     def emit(record: Any) -> None:
         print(record.to_json() if as_json else _human_line(record), file=streams.stdout, flush=True)
@@ -250,6 +285,11 @@ class _Progress:
         self.failed += not ok
         failed = f", {self.failed} failed" if self.failed else ""
         self.bar.update(self.task, description=f"explained {self.done}{failed}")
+
+    def detail(self, what: str, done: int, total: int) -> None:
+        """Long work inside one batch (masked forwards of scorecam/ablationcam)."""
+        failed = f", {self.failed} failed" if self.failed else ""
+        self.bar.update(self.task, description=f"explained {self.done}{failed}; {what}: {done}/{total} forwards")
 
     def warn(self, message: str) -> None:
         self.console.print(f"gradcam: {message}", markup=False, highlight=False)

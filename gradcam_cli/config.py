@@ -65,6 +65,13 @@ PRESET_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "grid": ("grid", _as_str),
     "output_dir": ("output_dir", _as_str),
     "recursive": ("recursive", _as_bool),
+    "relu": ("relu", _as_bool),
+    "norm": ("norm", _as_str),
+    "combine": ("combine", _as_str),
+    "eigen_smooth": ("eigen_smooth", _as_bool),
+    "aug_smooth": ("aug_smooth", _as_bool),
+    "cam_batch_size": ("cam_batch_size", _as_int),
+    "save_guided": ("save_guided", _as_bool),
 }
 
 

@@ -24,6 +24,7 @@ class TargetRecord:
     blank: bool
     overlay: str | None = None
     raw: str | None = None
+    guided: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,12 +90,15 @@ class OutputNamer:
         self._claimed.add(candidate)
         return candidate
 
-    def paths(self, base: PurePath, class_index: int | None, raw: bool) -> tuple[Path, Path | None]:
-        """The overlay path and, with --save-raw, the .npy beside it."""
-        suffix = f".{self.method}" + (f".class{class_index}" if class_index is not None else "")
-        overlay = self.output_dir / base.with_name(base.name + suffix + ".png")
-        npy = self.output_dir / base.with_name(base.name + suffix + ".npy") if raw else None
-        for path in (overlay, npy):
+    def paths(
+        self, base: PurePath, class_index: int | None, raw: bool, guided: bool = False
+    ) -> tuple[Path, Path | None, Path | None]:
+        """The overlay path and, when asked, the .npy map and the guided image beside it."""
+        stem = base.name + f".{self.method}" + (f".class{class_index}" if class_index is not None else "")
+        overlay = self.output_dir / base.with_name(stem + ".png")
+        npy = self.output_dir / base.with_name(stem + ".npy") if raw else None
+        rgb = self.output_dir / base.with_name(stem + ".guided.png") if guided else None
+        for path in (overlay, npy, rgb):
             if path is not None and self._inputs and path.resolve() in self._inputs:
                 raise InputError(f"output {path} would overwrite an input of this run; choose another --output-dir")
-        return overlay, npy
+        return overlay, npy, rgb

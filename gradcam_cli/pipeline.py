@@ -23,7 +23,7 @@ from .sources import Source
 if TYPE_CHECKING:
     import torch
 
-    from .cams import CamBatch
+    from .cams import CamBatch, ProgressFn
     from .layers import ResolvedLayer
     from .methods import CamMethod
     from .models import LoadedModel
@@ -53,6 +53,13 @@ class ExplainSettings:
     grid: tuple[int, int] | None = None
     output_dir: Path = Path("gradcam_out")
     recursive: bool = False
+    relu: bool = True
+    norm: str = "minmax"
+    combine: str = "mean"
+    eigen_smooth: bool = False
+    aug_smooth: bool = False
+    cam_batch_size: int = 32
+    save_guided: bool = False
 
 
 @dataclass
@@ -81,7 +88,11 @@ class _Item:
 class Explainer:
     """Holds the model once and explains a stream of sources."""
 
-    def __init__(self, settings: ExplainSettings, warn: Callable[[str], None] = lambda _m: None) -> None:
+    def __init__(
+        self, settings: ExplainSettings, warn: Callable[[str], None] = lambda _m: None,
+        progress: "ProgressFn | None" = None,
+    ) -> None:
+        from .cams import CamOptions
         from .layers import default_layer_paths, resolve_layers
         from .methods import get_method
         from .models import load_model, resolve_device
@@ -90,6 +101,11 @@ class Explainer:
         self.settings = settings
         self.warn = warn
         self.method: CamMethod = get_method(settings.method)
+        _check_method_options(settings, self.method, warn)
+        self.options = CamOptions(
+            settings.relu, settings.norm, settings.combine, settings.eigen_smooth, settings.aug_smooth,
+            settings.cam_batch_size, progress,
+        )
         self.device = resolve_device(settings.device)
         self.loaded: LoadedModel = load_model(
             settings.model, pretrained=settings.pretrained, weights=settings.weights, labels=settings.labels
@@ -102,10 +118,17 @@ class Explainer:
         self.namer = OutputNamer(settings.output_dir, self.method.name)
         self.run_info = {
             "model": self.loaded.name,
-            "layers": [layer.name for layer in self.layers],
+            "layers": self._layer_names(),
             "method": self.method.name,
             "device": str(self.device),
         }
+
+    def _layer_names(self) -> list[str]:
+        """The layers the maps come from, as the records report them."""
+        if self.method.network_layers is not None:
+            count = len(self.method.network_layers(self.model))
+            return [f"input + {count} bias layers (whole network)"]
+        return [layer.name for layer in self.layers]
 
     # ------------------------------------------------------------- streaming
 
@@ -189,6 +212,7 @@ class Explainer:
             num_prefix_tokens=self.loaded.num_prefix_tokens,
             grid=self.settings.grid,
             model_name=self.loaded.name,
+            options=self.options,
         )
 
     def _class_name(self, index: int) -> str | None:
@@ -243,11 +267,12 @@ class Explainer:
                 f"{item.source.path}: the map for class {index}{f' ({name})' if name else ''} is blank "
                 f"(no positive evidence at {', '.join(self.run_info['layers'])}); try another --layer or --class"
             )
-        full = map_to_original(cams.maps[row, k], item.geometry)  # type: ignore[arg-type]
-        overlay_path, raw_path = self.namer.paths(base, index if several else None, self.settings.save_raw)
-        write_atomic(overlay_path, encode_png(overlay(item.image, full, self.settings.colormap, self.settings.alpha)))  # type: ignore[arg-type]
-        if raw_path is not None:
-            write_atomic(raw_path, encode_npy(full))
+        overlay_path, raw_path, guided_path = self.namer.paths(
+            base, index if several else None, self.settings.save_raw, self.settings.save_guided
+        )
+        self._write_maps(item, cams.maps[row, k], overlay_path, raw_path)
+        if guided_path is not None and cams.guided is not None:
+            self._write_guided(item, cams.guided[row, k], guided_path)
         return TargetRecord(
             class_index=index,
             class_name=name,
@@ -256,7 +281,27 @@ class Explainer:
             blank=blank,
             overlay=str(overlay_path),
             raw=str(raw_path) if raw_path is not None else None,
+            guided=str(guided_path) if guided_path is not None else None,
         )
+
+    def _write_maps(self, item: _Item, cam: "torch.Tensor", overlay_path: Path, raw_path: Path | None) -> None:
+        """The overlay (always scaled to [0, 1] for display) and, if asked, the map as computed."""
+        from .cams import normalise
+
+        raw = self.settings.norm != "minmax"
+        shown = normalise(cam)[0] if raw else cam
+        full = map_to_original(shown, item.geometry)  # type: ignore[arg-type]
+        write_atomic(overlay_path, encode_png(overlay(item.image, full, self.settings.colormap, self.settings.alpha)))  # type: ignore[arg-type]
+        if raw_path is not None:
+            values = map_to_original(cam, item.geometry, clamp=False) if raw else full  # type: ignore[arg-type]
+            write_atomic(raw_path, encode_npy(values))
+
+    def _write_guided(self, item: _Item, image: "torch.Tensor", path: Path) -> None:
+        """The guided Grad-CAM image in colour, at the photo's size."""
+        from .guided import deprocess
+
+        rgb = map_to_original(deprocess(image).permute(2, 0, 1), item.geometry)  # type: ignore[arg-type]
+        write_atomic(path, encode_png((rgb.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8)))
 
     def _record_context(self) -> dict[str, Any]:
         return {
@@ -266,6 +311,11 @@ class Explainer:
             "device": self.run_info["device"],
             "settings": {
                 "preprocess": "crop" if self.settings.crop else "whole",
+                "relu": self.settings.relu,
+                "norm": str(getattr(self.settings.norm, "value", self.settings.norm)),
+                "combine": str(getattr(self.settings.combine, "value", self.settings.combine)),
+                "eigen_smooth": self.settings.eigen_smooth,
+                "aug_smooth": self.settings.aug_smooth,
                 "pretrained": self.settings.pretrained and self.settings.weights is None,
                 "weights": str(self.settings.weights) if self.settings.weights else None,
                 "version": __version__,
@@ -275,6 +325,16 @@ class Explainer:
     def _error_record(self, source: Source, message: str) -> ImageRecord:
         self.warn(message)
         return ImageRecord(input=str(source.path), ok=False, error=message, **self._record_context())
+
+
+def _check_method_options(settings: ExplainSettings, method: "CamMethod", warn: Callable[[str], None]) -> None:
+    """Options that only some methods use: refuse the impossible, say what is ignored."""
+    from .errors import UsageError
+
+    if settings.save_guided and not method.guided:
+        raise UsageError("--save-guided writes the guided backpropagation image; it needs --method guided-gradcam")
+    if method.network_layers is not None and settings.layers:
+        warn(f"{method.name} uses the input and every conv/batch-norm bias of the network; --layer is ignored")
 
 
 def explain(settings: ExplainSettings, sources: Iterable[Source], emit: Callable[[ImageRecord], None],

@@ -99,19 +99,23 @@ def _pad_to(array: np.ndarray, top: int, left: int, height: int, width: int) -> 
     return out
 
 
-def map_to_original(cam: "torch.Tensor", geometry: Geometry) -> np.ndarray:
-    """A map at the input size → float32 at the original size (zero outside a crop)."""
+def map_to_original(cam: "torch.Tensor", geometry: Geometry, clamp: bool = True) -> np.ndarray:
+    """A map (h, w) or (C, h, w) at the input size → float32 at the original size (zero outside a crop).
+
+    `clamp` keeps values in [0, 1]; raw maps (--norm none) are resized as they are.
+    """
     import torch.nn.functional as F
 
     height, width = geometry.original_hw
     x0, y0, x1, y1 = geometry.box
-    if (x0, y0, x1, y1) == (0.0, 0.0, float(width), float(height)):
-        full = F.interpolate(cam[None, None].float(), size=(height, width), mode="bilinear", align_corners=False)
-        return full[0, 0].clamp_(0, 1).cpu().numpy()
+    planes = cam.float().reshape(-1, 1, *cam.shape[-2:])
     left, top = max(0, math.floor(x0)), max(0, math.floor(y0))
     right, bottom = min(width, math.ceil(x1)), min(height, math.ceil(y1))
-    out = np.zeros((height, width), dtype=np.float32)
+    whole = (x0, y0, x1, y1) == (0.0, 0.0, float(width), float(height))
+    if whole:
+        left, top, right, bottom = 0, 0, width, height
+    out = np.zeros((planes.shape[0], height, width), dtype=np.float32)
     if right > left and bottom > top:
-        region = F.interpolate(cam[None, None].float(), size=(bottom - top, right - left), mode="bilinear", align_corners=False)
-        out[top:bottom, left:right] = region[0, 0].clamp_(0, 1).cpu().numpy()
-    return out
+        region = F.interpolate(planes, size=(bottom - top, right - left), mode="bilinear", align_corners=False)[:, 0]
+        out[:, top:bottom, left:right] = (region.clamp(0, 1) if clamp else region).cpu().numpy()
+    return out.reshape(*cam.shape[:-2], height, width)

@@ -21,7 +21,7 @@ IMAGE_SUFFIXES = frozenset(
 )
 GLOB_CHARS = set("*?[")
 # what OutputNamer writes: NAME.METHOD.png or NAME.METHOD.classN.png
-OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in method_names()) + r")(\.class\d+)?\.png$")
+OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in method_names()) + r")(\.class\d+)?(\.guided)?\.png$")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ timm = pytest.importorskip("timm")
 pytest.importorskip("pytorch_grad_cam")
 from pytorch_grad_cam import (  # noqa: E402
     EigenGradCAM,
+    GradCAM,
     GradCAMElementWise,
     GradCAMPlusPlus,
     HiResCAM,
@@ -33,6 +34,7 @@ ATOL = 1e-4
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 REFERENCES = {
+    "gradcam": GradCAM,
     "hirescam": HiResCAM,
     "gradcam-elementwise": GradCAMElementWise,
     "gradcam++": GradCAMPlusPlus,
@@ -83,18 +85,19 @@ def per_image_classes(model: torch.nn.Module, x: torch.Tensor) -> list[int]:
     return classes
 
 
+@pytest.mark.parametrize("eigen_smooth", [False, True], ids=["sum", "eigen-smooth"])
 @pytest.mark.parametrize("case", list(CASES))
 @pytest.mark.parametrize("method", list(REFERENCES))
-def test_method_matches_reference(method: str, case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_method_matches_reference(method: str, case: str, eigen_smooth: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     model_name, shape, path, module, reshape = CASES[case]
     model = timm_model(model_name)
     x = seeded(11, *shape)
     classes = per_image_classes(model, x)
 
-    ours = gradcam_cli.cam(model, x, path, method=method, classes=classes)
+    ours = gradcam_cli.cam(model, x, path, method=method, classes=classes, eigen_smooth=eigen_smooth)
     targets = [ClassifierOutputTarget(c) for c in classes]
     with REFERENCES[method](model=model, target_layers=[module(model)], reshape_transform=reshape) as explainer:
-        ref = explainer(input_tensor=x, targets=targets)
+        ref = explainer(input_tensor=x, targets=targets, eigen_smooth=eigen_smooth)
 
     assert ours.shape == ref.shape == (shape[0], *shape[2:])
     assert torch.isfinite(ours).all()
@@ -102,11 +105,11 @@ def test_method_matches_reference(method: str, case: str, monkeypatch: pytest.Mo
     assert (ours.flatten(1).amax(dim=1) > 0.99).all()
     assert (ref.reshape(ref.shape[0], -1).max(axis=1) > 0.99).all()
 
-    if method != "eigengradcam":
+    if method != "eigengradcam" and not eigen_smooth:
         np.testing.assert_allclose(ours.numpy(), ref, atol=ATOL, rtol=0)
         return
 
-    # Eigen-Grad-CAM: the first singular vector is defined only up to sign, and
+    # Eigen-Grad-CAM and --eigen-smooth: the first singular vector is defined only up to sign, and
     # the reference keeps whatever numpy's LAPACK returns (no convention we can
     # reproduce), while ours fixes the sign (see the module). The ReLU after the
     # projection makes the two signs give entirely different maps, so each image
@@ -116,7 +119,7 @@ def test_method_matches_reference(method: str, case: str, monkeypatch: pytest.Mo
     from gradcam_cli.methods.projection import first_component
 
     monkeypatch.setattr(cams, "first_component", lambda weighted: -first_component(weighted))
-    negated = gradcam_cli.cam(model, x, path, method="eigengradcam", classes=classes)
+    negated = gradcam_cli.cam(model, x, path, method=method, classes=classes, eigen_smooth=eigen_smooth)
     for i in range(shape[0]):
         same = np.allclose(ours[i].numpy(), ref[i], atol=ATOL, rtol=0)
         flipped = np.allclose(negated[i].numpy(), ref[i], atol=ATOL, rtol=0)
@@ -141,6 +144,7 @@ def test_methods_differ_from_each_other() -> None:
 
 def test_every_registered_method_follows_the_conventions(run_cli) -> None:
     assert set(REFERENCES) <= set(METHODS)
+    assert len(METHODS) == 12
     result = run_cli("methods")
     assert result.code == 0, result.stderr
     listed = {line.split()[0] for line in result.stdout.splitlines() if line.strip()}

@@ -106,5 +106,23 @@ def fullgrad(net: "NetworkGradients") -> "torch.Tensor":
     size = tuple(parts[0].shape[-2:])
     stacked = torch.cat(parts, dim=1)
     small = _resize(scale_channels(stacked), (size[0] // EIGEN_DOWNSCALE, size[1] // EIGEN_DOWNSCALE))
-    projected = first_component(small)[:, None]
+    projected = orient(first_component(small), small)[:, None]
     return _resize(scale_channels(projected), size)[:, 0]  # type: ignore[arg-type]
+
+
+def orient(projection: "torch.Tensor", parts: "torch.Tensor") -> "torch.Tensor":
+    """The projection (N, h, w) signed so that it grows with the parts' sum (N, C, h, w).
+
+    The principal axis has no sign of its own, and min-max scaling (no ReLU)
+    turns the wrong one into 1 - map: the least salient pixels brightest. Every
+    part is a non-negative saliency, so the axis is oriented to load positively
+    on the channels as a whole (the projection correlates positively with the
+    plain FullGrad sum). The generic rule of `first_component` (larger extreme
+    positive) inverts most maps here: FullGrad's broad parts make the low tail
+    the longer one. The reference keeps whatever sign its LAPACK returns.
+    """
+    import torch
+
+    summed = parts.sum(dim=1)
+    agreement = (projection * (summed - summed.mean(dim=(1, 2), keepdim=True))).sum(dim=(1, 2))
+    return torch.where(agreement[:, None, None] < 0, -projection, projection)
