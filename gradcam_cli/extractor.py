@@ -35,6 +35,24 @@ def eval_mode(model: "nn.Module") -> Iterator[None]:
             module.training = training
 
 
+@contextmanager
+def frozen_parameters(model: "nn.Module") -> Iterator[None]:
+    """No parameter requires grad inside; every flag restored after.
+
+    Then autograd saves nothing for weight gradients and, with an input that
+    does not require grad either, the graph starts at the first target layer:
+    the forward keeps no activations below it and the backward stops there.
+    """
+    flags = [(p, p.requires_grad) for p in model.parameters()]
+    try:
+        for p, _ in flags:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p, flag in flags:
+            p.requires_grad_(flag)
+
+
 def first_tensor(output: Any) -> "torch.Tensor | None":
     """The tensor a module produced (tuple outputs such as (x, attn) give their first)."""
     import torch
@@ -51,6 +69,8 @@ class LayerRecorder:
 
     The hook hands a clone downstream, so an in-place op after the target
     layer (ReLU(inplace=True), `x += ...`) cannot corrupt the saved output.
+    The graph starts at the first target layer (parameters frozen, the input
+    not requiring grad) unless `input_grad` asks for the gradient at the input.
     With `graph=False` (gradient-free methods) the forward builds no graph at
     all. With `strict=False` (whole-network methods hooking many layers) layers
     that never ran or do not feed the score are skipped instead of refused.
@@ -58,13 +78,14 @@ class LayerRecorder:
 
     def __init__(
         self, model: "nn.Module", layers: "list[ResolvedLayer]", model_name: str = "the model",
-        *, graph: bool = True, strict: bool = True,
+        *, graph: bool = True, strict: bool = True, input_grad: bool = False,
     ) -> None:
         self.model = model
         self.layers = layers
         self.model_name = model_name
         self.graph = graph
         self.strict = strict
+        self.input_grad = input_grad
         self.outputs: dict[str, torch.Tensor] = {}
         self.input: "torch.Tensor | None" = None
         self._handles: list[Any] = []
@@ -81,6 +102,7 @@ class LayerRecorder:
                 # explanations need a graph even when the caller sits in no_grad or inference_mode
                 self._stack.enter_context(torch.inference_mode(False))
                 self._stack.enter_context(torch.enable_grad())
+                self._stack.enter_context(frozen_parameters(self.model))
             else:
                 self._stack.enter_context(torch.inference_mode())
         except BaseException:
@@ -104,6 +126,8 @@ class LayerRecorder:
             tensor = first_tensor(output)
             if tensor is None:
                 return None
+            if self.graph and not tensor.requires_grad and tensor.is_leaf and tensor.is_floating_point():
+                tensor.requires_grad_(True)  # the graph starts here (see frozen_parameters)
             self.outputs[name] = tensor  # a reused module keeps its last call
             if not tensor.requires_grad:
                 return None
@@ -117,9 +141,9 @@ class LayerRecorder:
         return hook
 
     def forward(self, x: "torch.Tensor") -> "torch.Tensor":
-        """Run the model; with a graph, the input requires grad so frozen models work too."""
+        """Run the model; the input requires grad only when its gradient is asked for."""
         self.outputs.clear()
-        self.input = x.detach().clone().requires_grad_(True) if self.graph else x
+        self.input = x.detach().requires_grad_(self.graph and self.input_grad) if self.graph else x
         logits = self.model(self.input)
         logits = first_tensor(logits.logits if hasattr(logits, "logits") else logits)
         if logits is None or logits.dim() != 2:
@@ -158,14 +182,15 @@ class LayerRecorder:
         import torch
 
         outputs = [self.outputs[layer.name] for layer in self.layers]
-        for layer, output in zip(self.layers, outputs):
-            if not output.requires_grad:
-                raise LayerError(f"the target score does not depend on layer '{layer.name}' (its output has no gradient)")
-        grads = torch.autograd.grad(score, outputs, retain_graph=retain_graph, allow_unused=True)
-        for layer, grad in zip(self.layers, grads):
-            if grad is None:
-                raise LayerError(
-                    f"the target score does not depend on layer '{layer.name}' of {self.model_name}; "
-                    "pick a layer the classifier's output is computed from"
-                )
+        unused = [layer for layer, output in zip(self.layers, outputs) if not output.requires_grad]
+        if not unused and score.requires_grad:
+            grads = torch.autograd.grad(score, outputs, retain_graph=retain_graph, allow_unused=True)
+            unused = [layer for layer, grad in zip(self.layers, grads) if grad is None]
+        else:
+            unused = unused or list(self.layers)  # nothing the score came from required grad
+        if unused:
+            raise LayerError(
+                f"the target score does not depend on layer '{unused[0].name}' of {self.model_name}; "
+                "pick a layer the classifier's output is computed from"
+            )
         return [g.detach() for g in grads]
