@@ -7,6 +7,7 @@ and images so the Python API and the CLI share it.
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -55,6 +56,7 @@ class CamOptions:
     eigen_smooth: bool = False  # reduce channels by the first principal component
     aug_smooth: bool = False  # average over flips and rescalings (see augment.py)
     cam_batch_size: int = 32  # masked/ablated forwards per pass (scorecam, ablationcam)
+    precision: "torch.dtype | None" = None  # autocast dtype of the model's passes; the CAM maths stay fp32
     progress: ProgressFn | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -82,6 +84,15 @@ class CamBatch:
     targets: "torch.Tensor"  # (N, K) class indices
     layouts: list[Layout]
     guided: "torch.Tensor | None" = None
+
+    def to_cpu(self) -> "CamBatch":
+        """One transfer per batch, so writer threads never touch the device."""
+        from dataclasses import replace
+
+        return replace(
+            self, maps=self.maps.cpu(), blank=self.blank.cpu(), finite=self.finite.cpu(), logits=self.logits.cpu(),
+            targets=self.targets.cpu(), guided=None if self.guided is None else self.guided.cpu(),
+        )
 
 
 @dataclass(frozen=True)
@@ -195,6 +206,14 @@ class _Job:
             for a, layer in zip(activations, self.layers)
         ]
 
+    def autocast(self) -> "contextlib.AbstractContextManager[object]":
+        """Mixed precision for the model's forward passes when asked for (backward follows the forward's dtypes)."""
+        import torch
+
+        if self.options.precision is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.x.device.type, dtype=self.options.precision)
+
     def reduce(self, contributions: "torch.Tensor") -> "torch.Tensor":
         """Channel contributions (N, C, h, w) → raw map (N, h, w)."""
         if self.method.projection or self.options.eigen_smooth:
@@ -213,15 +232,17 @@ def _run_gradient(job: _Job) -> CamBatch:
     from .guided import guided_backprop
 
     method = job.method
-    with LayerRecorder(job.model, list(job.layers), job.model_name) as recorder, guided_backprop(method.guided) as guide:
-        logits = recorder.forward(job.x)
+    with LayerRecorder(job.model, list(job.layers), job.model_name, input_grad=method.guided) as recorder, \
+            guided_backprop(method.guided) as guide:
+        with job.autocast():
+            logits = recorder.forward(job.x)
         chosen = job.targets.choose(logits)
         activations = recorder.activations()
         layouts = job.layouts(activations)
         finite = finite_rows(logits.detach(), *activations)
         maps, blanks, guided = [], [], []
         for k in range(chosen.shape[1]):
-            score = logits.gather(1, chosen[:, k : k + 1]).sum()
+            score = logits.gather(1, chosen[:, k : k + 1]).float().sum()
             more = k + 1 < chosen.shape[1]
             gradients = recorder.gradients(score, retain_graph=more or method.guided)
             finite &= finite_rows(*gradients)
@@ -251,7 +272,7 @@ def _run_forward_only(job: _Job) -> CamBatch:
     from .perturb import LayerProbe
 
     with torch.inference_mode():
-        with LayerRecorder(job.model, list(job.layers), job.model_name, graph=False) as recorder:
+        with LayerRecorder(job.model, list(job.layers), job.model_name, graph=False) as recorder, job.autocast():
             logits = recorder.forward(job.x)
             activations = recorder.activations()
         chosen = job.targets.choose(logits)
@@ -271,7 +292,8 @@ def _run_forward_only(job: _Job) -> CamBatch:
                 for layer, raw, layout, a in zip(job.layers, activations, layouts, grids):
                     probe = LayerProbe(job.model, job.x, layer, layout, raw, a, logits, chosen[:, k],
                                        job.options.cam_batch_size, job.options.progress, job.method.name)
-                    weights = job.method.compute(probe)
+                    with job.autocast():
+                        weights = job.method.compute(probe).float()
                     raws.append(job.reduce(weights[:, :, None, None] * a))
                 cam, blank = finish_maps(raws, job.size, job.options)
             maps.append(cam)
@@ -283,13 +305,14 @@ def _run_forward_only(job: _Job) -> CamBatch:
 def _run_network(job: _Job) -> CamBatch:
     """Whole-network methods: gradients at the input and at every layer the method picks."""
     hooked = job.method.network_layers(job.model)  # type: ignore[misc]
-    with LayerRecorder(job.model, hooked, job.model_name, strict=False) as recorder:
-        logits = recorder.forward(job.x)
+    with LayerRecorder(job.model, hooked, job.model_name, strict=False, input_grad=True) as recorder:
+        with job.autocast():
+            logits = recorder.forward(job.x)
         chosen = job.targets.choose(logits)
         finite = finite_rows(logits.detach())
         maps, blanks = [], []
         for k in range(chosen.shape[1]):
-            score = logits.gather(1, chosen[:, k : k + 1]).sum()
+            score = logits.gather(1, chosen[:, k : k + 1]).float().sum()
             input_grad, gradients = recorder.gradients_with_input(score, retain_graph=k + 1 < chosen.shape[1])
             finite &= finite_rows(input_grad, *gradients)
             ran = recorder.ran_layers()

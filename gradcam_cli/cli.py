@@ -74,7 +74,7 @@ def root(
 PRESET_PARAMS = (
     "model", "pretrained", "weights", "labels", "layers", "method", "classes", "topk", "crop",
     "colormap", "alpha", "save_raw", "batch_size", "device", "grid", "output_dir", "recursive",
-    "relu", "norm", "combine", "eigen_smooth", "aug_smooth", "cam_batch_size", "save_guided",
+    "relu", "norm", "combine", "eigen_smooth", "aug_smooth", "cam_batch_size", "save_guided", "precision", "workers",
 )
 
 
@@ -144,6 +144,8 @@ def _settings(values: dict[str, Any]) -> Any:
         aug_smooth=bool(values["aug_smooth"]),
         cam_batch_size=_at_least_one("--cam-batch-size", values["cam_batch_size"]),
         save_guided=bool(values["save_guided"]),
+        precision=str(values["precision"]),
+        workers=max(0, int(values["workers"])),
     )
 
 
@@ -210,6 +212,12 @@ def explain(
     recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Scan folders recursively.")] = False,
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Images per forward pass.", min=1)] = 8,
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
+    precision: Annotated[
+        str, typer.Option("--precision", help="auto (bf16 on CUDA, fp32 elsewhere), fp32, bf16 or fp16 for the model's passes; CAM maths stay fp32.")
+    ] = "auto",
+    workers: Annotated[
+        int, typer.Option("--workers", help="Threads decoding and writing images beside the model; 0 = automatic.", min=0)
+    ] = 0,
     grid: Annotated[
         Optional[str], typer.Option("--grid", help="Token grid HxW when a layer's layout cannot be inferred.", show_default=False)
     ] = None,

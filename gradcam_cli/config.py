@@ -72,6 +72,8 @@ PRESET_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "aug_smooth": ("aug_smooth", _as_bool),
     "cam_batch_size": ("cam_batch_size", _as_int),
     "save_guided": ("save_guided", _as_bool),
+    "precision": ("precision", _as_str),
+    "workers": ("workers", _as_int),
 }
 
 

@@ -94,6 +94,47 @@ def resolve_device(text: str) -> "torch.device":
     return device
 
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def resolve_precision(text: str, device: "torch.device") -> "torch.dtype | None":
+    """The autocast dtype for the model's passes, or None for plain fp32.
+
+    auto: bf16 on a CUDA GPU that supports it (else fp16 there), fp32 elsewhere:
+    CPU autocast is not faster on every processor and changes the numbers, so
+    it is only used when asked for. The CAM maths always run in fp32.
+    """
+    import torch
+
+    text = (text or "auto").strip().lower()
+    if text not in PRECISIONS:
+        raise UsageError(f"--precision '{text}' is unknown; use one of {', '.join(PRECISIONS)}")
+    if text == "auto":
+        if device.type != "cuda":
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if device.type == "mps" and text != "fp32":
+        raise UsageError(f"--precision {text} is not supported on MPS here; use fp32")
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[text]
+
+
+def place_model(model: "nn.Module", device: "torch.device") -> bool:
+    """Move the model to the device; convolutional nets go channels-last on CPU and CUDA.
+
+    oneDNN and cuDNN run convolutions faster on channels-last tensors (resnet50
+    on 2 CPU cores: about 1.3x); returns whether the inputs should follow.
+    """
+    import torch
+    from torch import nn
+
+    model.to(device)
+    convolutional = any(isinstance(m, nn.Conv2d) and m.kernel_size != m.stride for m in model.modules())
+    if convolutional and device.type in ("cpu", "cuda"):
+        model.to(memory_format=torch.channels_last)
+        return True
+    return False
+
+
 # ---------------------------------------------------------------- checkpoints
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")

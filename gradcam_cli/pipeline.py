@@ -7,6 +7,7 @@ the run before any file is written.
 """
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
@@ -19,6 +20,7 @@ from .images import Colormap, encode_npy, encode_png, load_image, overlay, write
 from .outputs import ImageRecord, OutputNamer, TargetRecord
 from .preprocess import Geometry, map_to_original, plan_geometry, to_input_array
 from .sources import Source
+from .workers import OrderedResults, default_workers, done, ordered_map
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +62,8 @@ class ExplainSettings:
     aug_smooth: bool = False
     cam_batch_size: int = 32
     save_guided: bool = False
+    workers: int = 0  # decode/write threads; 0 = automatic
+    precision: str = "auto"
 
 
 @dataclass
@@ -95,18 +99,18 @@ class Explainer:
         from .cams import CamOptions
         from .layers import default_layer_paths, resolve_layers
         from .methods import get_method
-        from .models import load_model, resolve_device
+        from .models import load_model, place_model, resolve_device, resolve_precision
         from .targets import target_choice
 
         self.settings = settings
         self.warn = warn
         self.method: CamMethod = get_method(settings.method)
         _check_method_options(settings, self.method, warn)
+        self.device = resolve_device(settings.device)
         self.options = CamOptions(
             settings.relu, settings.norm, settings.combine, settings.eigen_smooth, settings.aug_smooth,
-            settings.cam_batch_size, progress,
+            settings.cam_batch_size, resolve_precision(settings.precision, self.device), progress,
         )
-        self.device = resolve_device(settings.device)
         self.loaded: LoadedModel = load_model(
             settings.model, pretrained=settings.pretrained, weights=settings.weights, labels=settings.labels
         )
@@ -114,8 +118,10 @@ class Explainer:
         paths = list(settings.layers) or default_layer_paths(model, self.loaded.arch, self.loaded.source)
         self.layers: list[ResolvedLayer] = resolve_layers(model, paths, self.loaded.name)
         self.targets: TargetChoice = target_choice(settings.classes, settings.topk, self.loaded.class_names)
-        self.model = model.to(self.device)
+        self.channels_last = place_model(model, self.device)
+        self.model = model
         self.namer = OutputNamer(settings.output_dir, self.method.name)
+        self.workers = settings.workers or default_workers()
         self.run_info = {
             "model": self.loaded.name,
             "layers": self._layer_names(),
@@ -133,13 +139,29 @@ class Explainer:
     # ------------------------------------------------------------- streaming
 
     def run(self, sources: Iterable[Source], emit: Callable[[ImageRecord], None]) -> Summary:
+        """Decode ahead and write behind in worker threads; the model runs in this one.
+
+        Records come out in input order, each as soon as its files are written.
+        """
         summary = Summary()
-        for batch in self._batches(self._protected(sources)):
-            for record in self._explain_batch(batch):
-                summary.done += record.ok
-                summary.failed += not record.ok
-                summary.blank += bool(record.blank)
-                emit(record)
+
+        def report(record: ImageRecord) -> None:
+            summary.done += record.ok
+            summary.failed += not record.ok
+            summary.blank += bool(record.blank)
+            emit(record)
+
+        window = 2 * self.settings.batch_size
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="gradcam-io") as pool:
+            writing = OrderedResults(limit=window)
+            decoded = ordered_map(pool, self._decode, self._protected(sources), window)
+            for batch in self._batches(decoded):
+                for future in self._explain_batch(batch, pool):
+                    writing.add(future)
+                for record in writing.ready():
+                    report(record)  # type: ignore[arg-type]
+            for record in writing.rest():
+                report(record)  # type: ignore[arg-type]
         return summary
 
     def _protected(self, sources: Iterable[Source]) -> Iterator[Source]:
@@ -148,12 +170,11 @@ class Explainer:
             self.namer.protect(source.path)
             yield source
 
-    def _batches(self, sources: Iterable[Source]) -> Iterator[list[_Item]]:
+    def _batches(self, items: Iterable[_Item]) -> Iterator[list[_Item]]:
         """Decoded items, grouped so each batch holds `batch_size` images that can run."""
         batch: list[_Item] = []
         ready = 0
-        for source in sources:
-            item = self._decode(source)
+        for item in items:
             batch.append(item)
             ready += item.error is None
             if ready >= self.settings.batch_size:
@@ -180,29 +201,36 @@ class Explainer:
 
     # ------------------------------------------------------------- one batch
 
-    def _explain_batch(self, batch: list[_Item]) -> list[ImageRecord]:
+    def _explain_batch(self, batch: list[_Item], pool: ThreadPoolExecutor) -> "list[Future[ImageRecord]]":
+        """The maps of a batch computed here; each image's files written by the pool."""
         ready = [item for item in batch if item.error is None]
-        cams = self._compute(ready) if ready else None
-        records = []
+        cams = self._compute(ready).to_cpu() if ready else None
+        futures = []
         position = {id(item): i for i, item in enumerate(ready)}
         for item in batch:
             if item.error is not None:
-                records.append(self._error_record(item.source, item.error))
+                futures.append(done(self._error_record(item.source, item.error)))
                 continue
-            try:
-                records.append(self._finish(item, cams, position[id(item)]))  # type: ignore[arg-type]
-            except (InputError, OSError) as error:
-                records.append(self._error_record(item.source, f"{item.source.path}: {error}"))
-            finally:
-                item.image = item.array = None
-        return records
+            base = self.namer.base_for(item.source.relative)  # claimed here: names follow input order
+            futures.append(pool.submit(self._finish_safely, item, cams, position[id(item)], base))
+        return futures
+
+    def _finish_safely(self, item: _Item, cams: "CamBatch", row: int, base: PurePath) -> ImageRecord:
+        try:
+            return self._finish(item, cams, row, base)
+        except (InputError, OSError) as error:
+            return self._error_record(item.source, f"{item.source.path}: {error}")
+        finally:
+            item.image = item.array = None
 
     def _compute(self, items: list[_Item]) -> "CamBatch":
         import torch
 
         from .cams import compute_cams
 
-        x = torch.from_numpy(np.stack([item.array for item in items])).to(self.device)
+        x = torch.from_numpy(np.stack([item.array for item in items])).to(self.device, non_blocking=True)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
         return compute_cams(
             self.model,
             x,
@@ -219,7 +247,7 @@ class Explainer:
         names = self.loaded.class_names
         return names[index] if names and 0 <= index < len(names) else None
 
-    def _finish(self, item: _Item, cams: "CamBatch", row: int) -> ImageRecord:
+    def _finish(self, item: _Item, cams: "CamBatch", row: int, base: PurePath) -> ImageRecord:
         """Write this image's overlays (and raw maps) and build its record."""
         import torch
 
@@ -228,7 +256,6 @@ class Explainer:
         if not bool(cams.finite[row]):
             raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
         probabilities = torch.softmax(cams.logits[row].float(), dim=0)
-        base = self.namer.base_for(source.relative)
         several = cams.targets.shape[1] > 1 or bool(self.targets.classes)
         targets = [
             self._write_target(item, cams, row, k, base, several, probabilities) for k in range(cams.targets.shape[1])
@@ -316,6 +343,7 @@ class Explainer:
                 "combine": str(getattr(self.settings.combine, "value", self.settings.combine)),
                 "eigen_smooth": self.settings.eigen_smooth,
                 "aug_smooth": self.settings.aug_smooth,
+                "precision": str(self.options.precision or "fp32").replace("torch.", ""),
                 "pretrained": self.settings.pretrained and self.settings.weights is None,
                 "weights": str(self.settings.weights) if self.settings.weights else None,
                 "version": __version__,

@@ -1,0 +1,63 @@
+"""Background threads for the work around the model: decoding before it, writing after it.
+
+JPEG/PNG decoding (PIL), resizing and PNG encoding (OpenCV) release the GIL,
+so a few threads overlap them with the model's forward and backward instead
+of leaving the cores idle between batches. Results keep the input order, and
+only a bounded window of work is ever in flight, so memory does not grow with
+the number of inputs.
+"""
+from __future__ import annotations
+
+import os
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+MAX_WORKERS = 4
+
+
+def default_workers() -> int:
+    """Threads for decoding and writing: enough to hide I/O, few enough to leave the model its cores."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_WORKERS, cores))
+
+
+def ordered_map(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T], window: int) -> Iterator[R]:
+    """fn over items in the pool, results in input order, at most `window` running ahead."""
+    pending: deque[Future[R]] = deque()
+    for item in items:
+        pending.append(pool.submit(fn, item))
+        if len(pending) >= window:
+            yield pending.popleft().result()
+    while pending:
+        yield pending.popleft().result()
+
+
+class OrderedResults:
+    """Futures handed out in submission order as they complete, with a bound on how many wait."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._pending: deque[Future] = deque()
+
+    def add(self, future: Future) -> None:
+        self._pending.append(future)
+
+    def ready(self) -> Iterator[object]:
+        """Finished results at the head; blocks only while more than `limit` are waiting."""
+        while self._pending and (self._pending[0].done() or len(self._pending) > self.limit):
+            yield self._pending.popleft().result()
+
+    def rest(self) -> Iterator[object]:
+        while self._pending:
+            yield self._pending.popleft().result()
+
+
+def done(value: R) -> "Future[R]":
+    """A future that already holds its result (error records need no thread)."""
+    future: Future[R] = Future()
+    future.set_result(value)
+    return future
