@@ -1,0 +1,257 @@
+"""Side-by-side speed: `gradcam explain FOLDER` against the same job written with pytorch-grad-cam.
+
+One run, the two programs alternating (ours, reference, ours, ...), same
+model (random weights), same layer, same generated 800x600 JPEGs, each program
+a fresh process timed end to end (start-up and model build included) with its
+peak RSS read from the kernel (wait4). Then, in this process, our CAM compute
+for one batch against a lower bound measured the same way: one forward plus a
+backward from the scores to the target layer with frozen parameters.
+
+    python benchmarks/speed.py                        # resnet50 and vit_base_patch16_224, 48 images
+    python benchmarks/speed.py --models resnet50 --images 16 --rounds 1
+    python benchmarks/speed.py --readme               # also write the table into README.md
+    python benchmarks/speed.py --rss                  # peak RSS for 100 vs 2,000 images
+
+Not a test: timings depend on the machine. Prints ratios, which travel better.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "examples"))
+MODELS = ("resnet50", "vit_base_patch16_224")
+TABLE_START, TABLE_END = "<!-- speed-table:start -->", "<!-- speed-table:end -->"
+
+
+@dataclass
+class Timed:
+    seconds: float
+    peak_rss_mb: float
+
+
+def make_images(folder: Path, count: int, size: tuple[int, int] = (800, 600), seed: int = 3) -> None:
+    """Synthetic scenes saved as JPEG (quality 90), like photos off a camera roll, only smaller."""
+    from PIL import Image
+    from shapes import make_scene
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        image = make_scene(rng, *size)[0]
+        Image.fromarray(np.asarray(image)).save(folder / f"img_{i:05d}.jpg", quality=90)
+
+
+def run_timed(command: list[str]) -> Timed:
+    """Wall time and the child's own peak RSS (not the largest of all children so far)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    stderr = process.stderr.read().decode() if process.stderr else ""
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode not in (0,):
+        raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{stderr[-2000:]}")
+    return Timed(seconds, usage.ru_maxrss / 1024)
+
+
+def ours_command(folder: Path, out: Path, model: str, batch_size: int, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "gradcam_cli", "explain", str(folder), "--model", model, "--no-pretrained",
+            "-o", str(out), "--batch-size", str(batch_size), "--json", "-q", *extra]
+
+
+def reference_command(folder: Path, out: Path, model: str, device: str = "cpu") -> list[str]:
+    return [sys.executable, str(HERE / "reference_gradcam.py"), str(folder), str(out), "--model", model,
+            "--device", device]
+
+
+def compute_vs_lower_bound(model_name: str, batch_size: int, repeats: int = 5, device: str = "cpu") -> tuple[float, float]:
+    """Seconds per batch: our CAM compute, and forward + backward-to-layer with frozen parameters."""
+    import torch
+
+    from gradcam_cli.cams import compute_cams
+    from gradcam_cli.layers import default_layer_paths, resolve_layers
+    from gradcam_cli.methods import get_method
+    from gradcam_cli.models import load_model, place_model
+    from gradcam_cli.targets import TargetChoice
+
+    loaded = load_model(model_name, pretrained=False)
+    model = loaded.model.eval()
+    layers = resolve_layers(model, default_layer_paths(model, loaded.arch, loaded.source), loaded.name)
+    x = torch.randn(batch_size, 3, *loaded.data_config.input_hw)
+    if place_model(model, torch.device(device)):  # as the CLI runs it, for both measurements
+        x = x.contiguous(memory_format=torch.channels_last)
+    x = x.to(device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def lower_bound() -> None:
+        saved = {}
+
+        def cut(_module, _inputs, output):
+            # the graph starts at the layer: the backward covers the head only, no parameter gradients
+            saved["out"] = output.detach().requires_grad_(True)
+            return saved["out"]
+
+        handle = layers[0].module.register_forward_hook(cut)
+        try:
+            for p in model.parameters():
+                p.requires_grad_(False)
+            logits = model(x.requires_grad_(False))
+            score = logits.gather(1, logits.argmax(1, keepdim=True)).sum()
+            torch.autograd.grad(score, saved["out"])
+        finally:
+            handle.remove()
+            for p in model.parameters():
+                p.requires_grad_(True)
+
+    def ours() -> None:
+        compute_cams(model, x, layers, get_method("gradcam"), TargetChoice(),
+                     num_prefix_tokens=loaded.num_prefix_tokens, model_name=loaded.name)
+
+    def timed(fn) -> float:
+        start = time.perf_counter()
+        fn()
+        sync()
+        return time.perf_counter() - start
+
+    lower_bound(), ours()  # warm-up
+    bound, mine = [], []
+    for _ in range(repeats):  # alternate single calls, so drift in the machine's speed hits both alike
+        bound.append(timed(lower_bound))
+        mine.append(timed(ours))
+    return float(np.median(mine)), float(np.median(bound))
+
+
+def benchmark_model(model: str, folder: Path, one: Path, images: int, rounds: int, batch_size: int,
+                    extra: list[str], device: str) -> dict:
+    """End to end on the folder, and on one image (start-up), alternating the two programs."""
+    runs: dict[str, list[Timed]] = {"ours": [], "ref": [], "ours1": [], "ref1": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            out = Path(tmp) / str(r)
+            runs["ours"].append(run_timed(ours_command(folder, out / "ours", model, batch_size, extra)))
+            runs["ref"].append(run_timed(reference_command(folder, out / "ref", model, device)))
+            runs["ours1"].append(run_timed(ours_command(one, out / "ours1", model, batch_size, extra)))
+            runs["ref1"].append(run_timed(reference_command(one, out / "ref1", model, device)))
+    best = {name: min(t.seconds for t in timed) for name, timed in runs.items()}
+    compute, bound = compute_vs_lower_bound(model, batch_size, device=device)
+    steady_ours = (images - 1) / max(best["ours"] - best["ours1"], 1e-9)
+    steady_ref = (images - 1) / max(best["ref"] - best["ref1"], 1e-9)
+    return {
+        "model": model,
+        "ours_ips": images / best["ours"],
+        "ref_ips": images / best["ref"],
+        "speedup": best["ref"] / best["ours"],
+        "steady_ours": steady_ours,
+        "steady_ref": steady_ref,
+        "steady_speedup": steady_ours / steady_ref,
+        "compute_s": compute,
+        "bound_s": bound,
+        "compute_ratio": compute / bound,
+        "ours_rss": max(t.peak_rss_mb for t in runs["ours"]),
+        "ref_rss": max(t.peak_rss_mb for t in runs["ref"]),
+    }
+
+
+def table(rows: list[dict], images: int, batch_size: int, rounds: int, command: str, device: str) -> str:
+    import torch
+
+    lines = [
+        f"| model | ours, images/s | pytorch-grad-cam, images/s | speed-up, {images} images end to end | "
+        "speed-up, steady state | our CAM compute / lower bound | peak RSS ours / reference |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['ours_ips']:.2f} | {r['ref_ips']:.2f} | **{r['speedup']:.2f}x** | "
+            f"**{r['steady_speedup']:.2f}x** ({r['steady_ours']:.1f} vs {r['steady_ref']:.1f} images/s) | "
+            f"{r['compute_ratio']:.2f} ({r['compute_s'] * 1000:.0f} / {r['bound_s'] * 1000:.0f} ms per batch of {batch_size}) | "
+            f"{r['ours_rss']:.0f} / {r['ref_rss']:.0f} MB |"
+        )
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else (
+        f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), {torch.get_num_threads()} threads")
+    lines.append("")
+    lines.append(
+        f"{images} JPEGs of 800x600, random weights, batch size {batch_size}, best of {rounds} "
+        f"alternating rounds; end to end includes start-up and the model build (about the same for both programs), "
+        f"steady state is (N - 1) / (time for N images - time for 1 image). {where}, torch {torch.__version__}. "
+        f"Command: `{command}`."
+    )
+    return "\n".join(lines)
+
+
+def write_readme(text: str) -> None:
+    readme = ROOT / "README.md"
+    content = readme.read_text()
+    pattern = re.compile(re.escape(TABLE_START) + r".*?" + re.escape(TABLE_END), re.S)
+    if not pattern.search(content):
+        raise SystemExit(f"README.md has no {TABLE_START} ... {TABLE_END} markers")
+    readme.write_text(pattern.sub(lambda _m: f"{TABLE_START}\n{text}\n{TABLE_END}", content))
+
+
+def rss_check(model: str, small: int, large: int, batch_size: int) -> None:
+    """Peak RSS of ours for `small` vs `large` images: must not grow with the folder's size."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "images"
+        make_images(folder, large, size=(800, 600))
+        few = Path(tmp) / "few"
+        few.mkdir()
+        for path in sorted(folder.glob("*.jpg"))[:small]:
+            os.link(path, few / path.name)
+        a = run_timed(ours_command(few, Path(tmp) / "out_few", model, batch_size, []))
+        b = run_timed(ours_command(folder, Path(tmp) / "out_all", model, batch_size, []))
+    growth = b.peak_rss_mb / a.peak_rss_mb - 1
+    print(f"peak RSS, {model}: {small} images {a.peak_rss_mb:.0f} MB ({small / a.seconds:.1f} img/s), "
+          f"{large} images {b.peak_rss_mb:.0f} MB ({large / b.seconds:.1f} img/s): {growth * 100:+.1f}%")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", default=",".join(MODELS))
+    parser.add_argument("--images", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (both programs)")
+    parser.add_argument("--readme", action="store_true", help="write the table into README.md")
+    parser.add_argument("--rss", action="store_true", help="peak RSS for 100 vs 2,000 images instead")
+    parser.add_argument("--rss-model", default="resnet18")
+    parser.add_argument("--extra", default="", help="extra options for `gradcam explain`, e.g. '--precision bf16'")
+    args = parser.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.rss:
+        rss_check(args.rss_model, 100, 2000, args.batch_size)
+        return
+    extra = ["--device", args.device, *args.extra.split()]
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder, one = Path(tmp) / "images", Path(tmp) / "one"
+        make_images(folder, args.images)
+        one.mkdir()
+        os.link(folder / "img_00000.jpg", one / "img_00000.jpg")
+        for model in args.models.split(","):
+            row = benchmark_model(model, folder, one, args.images, args.rounds, args.batch_size, extra, args.device)
+            rows.append(row)
+            print(f"{model}: ours {row['ours_ips']:.2f} img/s, reference {row['ref_ips']:.2f} img/s, "
+                  f"speed-up {row['speedup']:.2f}x (steady {row['steady_speedup']:.2f}x); "
+                  f"compute/lower bound {row['compute_ratio']:.2f}", flush=True)
+    command = " ".join(["python benchmarks/speed.py", *sys.argv[1:]]).replace(" --readme", "")
+    text = table(rows, args.images, args.batch_size, args.rounds, command, args.device)
+    print(text)
+    if args.readme:
+        write_readme(text)
+
+
+if __name__ == "__main__":
+    main()
