@@ -17,6 +17,8 @@ Not a test: timings depend on the machine. Prints ratios, which travel better.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import os
 import platform
 import re
@@ -77,14 +79,16 @@ def reference_command(folder: Path, out: Path, model: str, device: str = "cpu") 
             "--device", device]
 
 
-def compute_vs_lower_bound(model_name: str, batch_size: int, repeats: int = 5, device: str = "cpu") -> tuple[float, float]:
+def compute_vs_lower_bound(
+    model_name: str, batch_size: int, repeats: int = 5, device: str = "cpu", precision: str = "fp32"
+) -> tuple[float, float]:
     """Seconds per batch: our CAM compute, and forward + backward-to-layer with frozen parameters."""
     import torch
 
-    from gradcam_cli.cams import compute_cams
+    from gradcam_cli.cams import CamOptions, compute_cams
     from gradcam_cli.layers import default_layer_paths, resolve_layers
     from gradcam_cli.methods import get_method
-    from gradcam_cli.models import load_model, place_model
+    from gradcam_cli.models import load_model, place_model, resolve_precision
     from gradcam_cli.targets import TargetChoice
 
     loaded = load_model(model_name, pretrained=False)
@@ -95,6 +99,9 @@ def compute_vs_lower_bound(model_name: str, batch_size: int, repeats: int = 5, d
         x = x.contiguous(memory_format=torch.channels_last)
     x = x.to(device)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    dtype = resolve_precision(precision, torch.device(device))
+    options = CamOptions(precision=dtype)
+    autocast = (lambda: torch.autocast(torch.device(device).type, dtype=dtype)) if dtype else contextlib.nullcontext
 
     def lower_bound() -> None:
         saved = {}
@@ -108,7 +115,8 @@ def compute_vs_lower_bound(model_name: str, batch_size: int, repeats: int = 5, d
         try:
             for p in model.parameters():
                 p.requires_grad_(False)
-            logits = model(x.requires_grad_(False))
+            with autocast():
+                logits = model(x.requires_grad_(False))
             score = logits.gather(1, logits.argmax(1, keepdim=True)).sum()
             torch.autograd.grad(score, saved["out"])
         finally:
@@ -117,7 +125,7 @@ def compute_vs_lower_bound(model_name: str, batch_size: int, repeats: int = 5, d
                 p.requires_grad_(True)
 
     def ours() -> None:
-        compute_cams(model, x, layers, get_method("gradcam"), TargetChoice(),
+        compute_cams(model, x, layers, get_method("gradcam"), TargetChoice(), options=options,
                      num_prefix_tokens=loaded.num_prefix_tokens, model_name=loaded.name)
 
     def timed(fn) -> float:
@@ -134,60 +142,71 @@ def compute_vs_lower_bound(model_name: str, batch_size: int, repeats: int = 5, d
     return float(np.median(mine)), float(np.median(bound))
 
 
-def benchmark_model(model: str, folder: Path, one: Path, images: int, rounds: int, batch_size: int,
-                    extra: list[str], device: str) -> dict:
-    """End to end on the folder, and on one image (start-up), alternating the two programs."""
-    runs: dict[str, list[Timed]] = {"ours": [], "ref": [], "ours1": [], "ref1": []}
+def benchmark_model(model: str, folder: Path, one: Path, images: int, rounds: int,
+                    configs: list[tuple[int, str]], extra: list[str], device: str) -> list[dict]:
+    """End to end on the folder and on one image (start-up), the programs alternating; a row per (batch, precision)."""
+    runs: dict[str, list[Timed]] = {}
+    reference = importlib.util.find_spec("pytorch_grad_cam") is not None
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(rounds):
-            out = Path(tmp) / str(r)
-            runs["ours"].append(run_timed(ours_command(folder, out / "ours", model, batch_size, extra)))
-            runs["ref"].append(run_timed(reference_command(folder, out / "ref", model, device)))
-            runs["ours1"].append(run_timed(ours_command(one, out / "ours1", model, batch_size, extra)))
-            runs["ref1"].append(run_timed(reference_command(one, out / "ref1", model, device)))
+            for batch, precision in configs:
+                for name, source in ((f"ours{batch}{precision}", folder), (f"ours{batch}{precision}_1", one)):
+                    command = ours_command(source, Path(tmp) / f"{r}{name}", model, batch,
+                                           [*extra, "--precision", precision])
+                    runs.setdefault(name, []).append(run_timed(command))
+                if reference:
+                    for name, source in (("ref", folder), ("ref_1", one)):
+                        command = reference_command(source, Path(tmp) / f"{r}{name}", model, device)
+                        runs.setdefault(name, []).append(run_timed(command))
     best = {name: min(t.seconds for t in timed) for name, timed in runs.items()}
-    compute, bound = compute_vs_lower_bound(model, batch_size, device=device)
-    steady_ours = (images - 1) / max(best["ours"] - best["ours1"], 1e-9)
-    steady_ref = (images - 1) / max(best["ref"] - best["ref1"], 1e-9)
-    return {
-        "model": model,
-        "ours_ips": images / best["ours"],
-        "ref_ips": images / best["ref"],
-        "speedup": best["ref"] / best["ours"],
-        "steady_ours": steady_ours,
-        "steady_ref": steady_ref,
-        "steady_speedup": steady_ours / steady_ref,
-        "compute_s": compute,
-        "bound_s": bound,
-        "compute_ratio": compute / bound,
-        "ours_rss": max(t.peak_rss_mb for t in runs["ours"]),
-        "ref_rss": max(t.peak_rss_mb for t in runs["ref"]),
-    }
+    steady = {name: (images - 1) / max(best[name] - best[f"{name}_1"], 1e-9) for name in best if not name.endswith("_1")}
+    rows = []
+    for batch, precision in configs:
+        name = f"ours{batch}{precision}"
+        compute, bound = compute_vs_lower_bound(model, batch, device=device, precision=precision)
+        rows.append({
+            "model": model, "batch": batch, "precision": precision,
+            "ours_ips": images / best[name],
+            "ref_ips": images / best["ref"] if reference else None,
+            "speedup": best["ref"] / best[name] if reference else None,
+            "steady_ours": steady[name],
+            "steady_ref": steady.get("ref"),
+            "steady_speedup": steady[name] / steady["ref"] if reference else None,
+            "compute_s": compute, "bound_s": bound, "compute_ratio": compute / bound,
+            "ours_rss": max(t.peak_rss_mb for t in runs[name]),
+            "ref_rss": max(t.peak_rss_mb for t in runs["ref"]) if reference else None,
+        })
+    return rows
 
 
-def table(rows: list[dict], images: int, batch_size: int, rounds: int, command: str, device: str) -> str:
+def _x(value: float | None, digits: int = 2, suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def table(rows: list[dict], images: int, rounds: int, command: str, device: str) -> str:
     import torch
 
     lines = [
-        f"| model | ours, images/s | pytorch-grad-cam, images/s | speed-up, {images} images end to end | "
+        f"| model | batch, precision | ours, images/s | pytorch-grad-cam, images/s | speed-up, {images} images end to end | "
         "speed-up, steady state | our CAM compute / lower bound | peak RSS ours / reference |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['ours_ips']:.2f} | {r['ref_ips']:.2f} | **{r['speedup']:.2f}x** | "
-            f"**{r['steady_speedup']:.2f}x** ({r['steady_ours']:.1f} vs {r['steady_ref']:.1f} images/s) | "
-            f"{r['compute_ratio']:.2f} ({r['compute_s'] * 1000:.0f} / {r['bound_s'] * 1000:.0f} ms per batch of {batch_size}) | "
-            f"{r['ours_rss']:.0f} / {r['ref_rss']:.0f} MB |"
+            f"| {r['model']} | {r['batch']}, {r['precision']} | {r['ours_ips']:.2f} | {_x(r['ref_ips'])} | "
+            f"**{_x(r['speedup'], suffix='x')}** | **{_x(r['steady_speedup'], suffix='x')}** "
+            f"({r['steady_ours']:.1f} vs {_x(r['steady_ref'], 1)} images/s) | "
+            f"{r['compute_ratio']:.2f} ({r['compute_s'] * 1000:.0f} / {r['bound_s'] * 1000:.0f} ms per batch) | "
+            f"{r['ours_rss']:.0f} / {_x(r['ref_rss'], 0)} MB |"
         )
     where = torch.cuda.get_device_name() if device.startswith("cuda") else (
         f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), {torch.get_num_threads()} threads")
     lines.append("")
     lines.append(
-        f"{images} JPEGs of 800x600, random weights, batch size {batch_size}, best of {rounds} "
-        f"alternating rounds; end to end includes start-up and the model build (about the same for both programs), "
-        f"steady state is (N - 1) / (time for N images - time for 1 image). {where}, torch {torch.__version__}. "
-        f"Command: `{command}`."
+        f"{images} JPEGs of 800x600, random weights, best of {rounds} alternating rounds; end to end includes "
+        f"start-up and the model build (about the same for both programs), steady state is (N - 1) / (time for N "
+        f"images - time for 1 image); the reference runs one image at a time, as its README does. {where}, torch "
+        f"{torch.__version__}. Command: `{command}`."
     )
     return "\n".join(lines)
 
@@ -222,7 +241,8 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-sizes", default="8", help="ours, comma-separated (e.g. 32,64,128 on a GPU)")
+    parser.add_argument("--precisions", default="fp32", help="ours, comma-separated: fp32,bf16,fp16,auto")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both programs)")
     parser.add_argument("--readme", action="store_true", help="write the table into README.md")
     parser.add_argument("--rss", action="store_true", help="peak RSS for 100 vs 2,000 images instead")
@@ -231,7 +251,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.rss:
-        rss_check(args.rss_model, 100, 2000, args.batch_size)
+        rss_check(args.rss_model, 100, 2000, int(args.batch_sizes.split(",")[0]))
         return
     extra = ["--device", args.device, *args.extra.split()]
     rows = []
@@ -241,13 +261,14 @@ def main() -> None:
         one.mkdir()
         os.link(folder / "img_00000.jpg", one / "img_00000.jpg")
         for model in args.models.split(","):
-            row = benchmark_model(model, folder, one, args.images, args.rounds, args.batch_size, extra, args.device)
-            rows.append(row)
-            print(f"{model}: ours {row['ours_ips']:.2f} img/s, reference {row['ref_ips']:.2f} img/s, "
-                  f"speed-up {row['speedup']:.2f}x (steady {row['steady_speedup']:.2f}x); "
-                  f"compute/lower bound {row['compute_ratio']:.2f}", flush=True)
+            configs = [(int(b), p) for b in args.batch_sizes.split(",") for p in args.precisions.split(",")]
+            for row in benchmark_model(model, folder, one, args.images, args.rounds, configs, extra, args.device):
+                rows.append(row)
+                print(f"{model} batch {row['batch']} {row['precision']}: ours {row['ours_ips']:.2f} img/s, "
+                      f"reference {_x(row['ref_ips'])} img/s, speed-up {_x(row['speedup'])} "
+                      f"(steady {_x(row['steady_speedup'])}); compute/lower bound {row['compute_ratio']:.2f}", flush=True)
     command = " ".join(["python benchmarks/speed.py", *sys.argv[1:]]).replace(" --readme", "")
-    text = table(rows, args.images, args.batch_size, args.rounds, command, args.device)
+    text = table(rows, args.images, args.rounds, command, args.device)
     print(text)
     if args.readme:
         write_readme(text)

@@ -121,7 +121,7 @@ class Explainer:
         self.channels_last = place_model(model, self.device)
         self.model = model
         self.namer = OutputNamer(settings.output_dir, self.method.name)
-        self.workers = settings.workers or default_workers()
+        self.workers = settings.workers or default_workers(self.device.type)
         self.run_info = {
             "model": self.loaded.name,
             "layers": self._layer_names(),
@@ -226,9 +226,15 @@ class Explainer:
     def _compute(self, items: list[_Item]) -> "CamBatch":
         import torch
 
+        return self.compute(torch.from_numpy(np.stack([item.array for item in items])))
+
+    def compute(self, x: "torch.Tensor") -> "CamBatch":
+        """The maps of a preprocessed batch (N, 3, H, W), computed as the run does (device, memory format)."""
+        import torch
+
         from .cams import compute_cams
 
-        x = torch.from_numpy(np.stack([item.array for item in items])).to(self.device, non_blocking=True)
+        x = x.to(self.device, non_blocking=True)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return compute_cams(

@@ -16,13 +16,15 @@ from typing import Callable, Iterable, Iterator, TypeVar
 T = TypeVar("T")
 R = TypeVar("R")
 
-MAX_WORKERS = 4
+CPU_MODEL_WORKERS = 4  # the model needs the cores too
+ACCELERATOR_WORKERS = 16  # a GPU outruns decoding and PNG encoding: give them the cores
 
 
-def default_workers() -> int:
-    """Threads for decoding and writing: enough to hide I/O, few enough to leave the model its cores."""
+def default_workers(device_type: str = "cpu") -> int:
+    """Threads for decoding and writing: enough to hide I/O, few enough to leave a CPU model its cores."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(MAX_WORKERS, cores))
+    cap = CPU_MODEL_WORKERS if device_type == "cpu" else ACCELERATOR_WORKERS
+    return max(1, min(cap, cores))
 
 
 def ordered_map(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T], window: int) -> Iterator[R]:

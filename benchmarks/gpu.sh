@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The speed benchmark on a CUDA machine: resnet50 and vit_base_patch16_224, batch sizes 32 to 128,
+# fp32 and bf16, against pytorch-grad-cam (one image at a time, as its README does) when it is
+# installed; prints the table. About 4 minutes on one H200; never part of CI.
+#
+#   bash benchmarks/gpu.sh            # from the repository root
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export HF_HUB_OFFLINE=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+python - <<'PY'
+import importlib.util, sys
+import torch
+if not torch.cuda.is_available():
+    sys.exit("no CUDA device: run benchmarks/speed.py on CPU instead")
+missing = [m for m in ("timm", "typer", "cv2", "PIL", "safetensors", "yaml", "rich") if importlib.util.find_spec(m) is None]
+if missing:
+    sys.exit(f"missing Python packages: {', '.join(missing)} (pip install -e . installs them)")
+if importlib.util.find_spec("pytorch_grad_cam") is None:
+    print("pytorch-grad-cam is not installed: our numbers only (pip install grad-cam for the comparison)")
+print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
+PY
+
+timeout 290 python benchmarks/speed.py --device cuda --models resnet50,vit_base_patch16_224 \
+    --images 256 --rounds 1 --batch-sizes 32,128 --precisions fp32,bf16 "$@"
