@@ -241,10 +241,11 @@ def _run_gradient(job: _Job) -> CamBatch:
         layouts = job.layouts(activations)
         finite = finite_rows(logits.detach(), *activations)
         maps, blanks, guided = [], [], []
+        scores = logits.gather(1, chosen).float()
+        per_rank = recorder.gradients_per_rank(scores, retain_graph=method.guided)
         for k in range(chosen.shape[1]):
-            score = logits.gather(1, chosen[:, k : k + 1]).float().sum()
-            more = k + 1 < chosen.shape[1]
-            gradients = recorder.gradients(score, retain_graph=more or method.guided)
+            score = scores[:, k].sum()
+            gradients = per_rank[k]
             finite &= finite_rows(*gradients)
             raws = [
                 job.reduce(method.compute(layout.to_nchw(a).float(), layout.to_nchw(g).float()))
@@ -252,7 +253,7 @@ def _run_gradient(job: _Job) -> CamBatch:
             ]
             cam, blank = finish_maps(raws, job.size, job.options)
             if guide is not None:
-                backprop = guide.input_gradient(score, recorder.input, retain_graph=more)
+                backprop = guide.input_gradient(score, recorder.input, retain_graph=k + 1 < chosen.shape[1])
                 finite &= finite_rows(backprop)
                 cam, blank, image = guide.combine(cam, backprop, job.options)
                 guided.append(image)

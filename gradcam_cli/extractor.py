@@ -177,6 +177,34 @@ class LayerRecorder:
         filled = [torch.zeros_like(o) if g is None else g.detach() for o, g in zip(outputs, grads)]
         return filled[0], filled[1:]
 
+    def gradients_per_rank(self, scores: "torch.Tensor", retain_graph: bool) -> "list[list[torch.Tensor]]":
+        """For each column k of `scores` (N, K): the gradients of its sum at every target layer.
+
+        One batched backward (autograd's vmap over K one-hot output gradients)
+        instead of K passes; a model with an op that has no batching rule falls
+        back to one pass per class, with the same result.
+        """
+        import warnings
+
+        import torch
+
+        n, k = scores.shape
+        if k == 1:
+            return [self.gradients(scores[:, 0].sum(), retain_graph)]
+        outputs = [self.outputs[layer.name] for layer in self.layers]
+        if all(o.requires_grad for o in outputs) and scores.requires_grad:
+            one_hot = torch.eye(k, dtype=scores.dtype, device=scores.device)[:, None, :].expand(k, n, k)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # vmap's performance notes are not the user's business
+                    grads = torch.autograd.grad(scores, outputs, grad_outputs=one_hot, is_grads_batched=True,
+                                                retain_graph=True, allow_unused=True)
+                if all(g is not None for g in grads):
+                    return [[g[i].detach() for g in grads] for i in range(k)]
+            except RuntimeError:
+                pass  # no batching rule for some op: one pass per class below
+        return [self.gradients(scores[:, i].sum(), retain_graph=retain_graph or i + 1 < k) for i in range(k)]
+
     def gradients(self, score: "torch.Tensor", retain_graph: bool) -> "list[torch.Tensor]":
         """d(score)/d(each target layer's output); no parameter gradient is computed."""
         import torch

@@ -148,3 +148,28 @@ def test_unknown_precision_is_a_usage_error(run_cli, tmp_path) -> None:
     src = write_image(tmp_path / "cat.png", 32, 32)
     result = run_cli("explain", src, "--model", "test_resnet", "--no-pretrained", "--precision", "fp8", "-o", tmp_path / "o")
     assert result.code == 2 and "--precision" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("model_name,layer,shape", [
+    ("test_resnet", "layer4", (2, 3, 96, 128)),
+    ("test_vit", "blocks.-1.norm1", (2, 3, 160, 160)),
+])
+def test_topk_from_one_forward_equals_one_class_at_a_time(model_name: str, layer: str, shape: tuple) -> None:
+    from gradcam_cli.cams import compute_cams
+    from gradcam_cli.layers import resolve_layers
+    from gradcam_cli.methods import get_method
+    from gradcam_cli.targets import TargetChoice
+
+    model = timm_model(model_name)
+    x = seeded(34, *shape)
+    forwards = []
+    handle = model.register_forward_hook(lambda *_: forwards.append(1))
+    try:
+        batch = compute_cams(model, x, resolve_layers(model, [layer], model_name), get_method("gradcam"),
+                             TargetChoice(topk=3), num_prefix_tokens=getattr(model, "num_prefix_tokens", None))
+    finally:
+        handle.remove()
+    assert len(forwards) == 1, "the top 3 classes share one forward"
+    for k in range(3):
+        single = gradcam_cli.cam(model, x, layer, classes=batch.targets[:, k].tolist())
+        torch.testing.assert_close(batch.maps[:, k], single, atol=1e-5, rtol=0)
