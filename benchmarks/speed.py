@@ -35,7 +35,6 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "examples"))
 MODELS = ("resnet50", "vit_base_patch16_224")
-TABLE_START, TABLE_END = "<!-- speed-table:start -->", "<!-- speed-table:end -->"
 
 
 @dataclass
@@ -211,13 +210,15 @@ def table(rows: list[dict], images: int, rounds: int, command: str, device: str)
     return "\n".join(lines)
 
 
-def write_readme(text: str) -> None:
+def write_readme(text: str, name: str) -> None:
+    """Replace the text between README's `<!-- NAME:start -->` and `<!-- NAME:end -->` markers."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
     readme = ROOT / "README.md"
     content = readme.read_text()
-    pattern = re.compile(re.escape(TABLE_START) + r".*?" + re.escape(TABLE_END), re.S)
+    pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if not pattern.search(content):
-        raise SystemExit(f"README.md has no {TABLE_START} ... {TABLE_END} markers")
-    readme.write_text(pattern.sub(lambda _m: f"{TABLE_START}\n{text}\n{TABLE_END}", content))
+        raise SystemExit(f"README.md has no {start} ... {end} markers")
+    readme.write_text(pattern.sub(lambda _m: f"{start}\n{text}\n{end}", content))
 
 
 def rss_check(model: str, small: int, large: int, batch_size: int) -> None:
@@ -245,6 +246,7 @@ def main() -> None:
     parser.add_argument("--precisions", default="fp32", help="ours, comma-separated: fp32,bf16,fp16,auto")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both programs)")
     parser.add_argument("--readme", action="store_true", help="write the table into README.md")
+    parser.add_argument("--table", default="speed-table", help="README markers to write between (with --readme)")
     parser.add_argument("--rss", action="store_true", help="peak RSS for 100 vs 2,000 images instead")
     parser.add_argument("--rss-model", default="resnet18")
     parser.add_argument("--extra", default="", help="extra options for `gradcam explain`, e.g. '--precision bf16'")
@@ -267,11 +269,11 @@ def main() -> None:
                 print(f"{model} batch {row['batch']} {row['precision']}: ours {row['ours_ips']:.2f} img/s, "
                       f"reference {_x(row['ref_ips'])} img/s, speed-up {_x(row['speedup'])} "
                       f"(steady {_x(row['steady_speedup'])}); compute/lower bound {row['compute_ratio']:.2f}", flush=True)
-    command = " ".join(["python benchmarks/speed.py", *sys.argv[1:]]).replace(" --readme", "")
+    command = re.sub(r" --readme| --table \S+", "", " ".join(["python benchmarks/speed.py", *sys.argv[1:]]))
     text = table(rows, args.images, args.rounds, command, args.device)
     print(text)
     if args.readme:
-        write_readme(text)
+        write_readme(text, args.table)
 
 
 if __name__ == "__main__":

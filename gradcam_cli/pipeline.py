@@ -1,9 +1,10 @@
 """The batch engine: sources → decoded batches → maps → files and records.
 
 The model is built and its layers resolved once; images stream through in
-batches of `batch_size`, so memory holds one batch, never the folder. A bad
-image becomes an error record and the rest go on; a bad layer or option stops
-the run before any file is written.
+batches of `batch_size`, decoded ahead by worker threads and written behind
+by them (writer.py), so memory holds a window of images, never the folder. A
+bad image becomes an error record and the rest go on; a bad layer or option
+stops the run before any file is written.
 """
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ import numpy as np
 
 from . import __version__
 from .errors import GradcamError, InputError
-from .images import Colormap, encode_npy, encode_png, load_image, overlay, write_atomic
-from .outputs import ImageRecord, OutputNamer, TargetRecord
-from .preprocess import Geometry, map_to_original, plan_geometry, to_input_array
+from .images import Colormap, load_image
+from .outputs import ImageRecord, OutputNamer
+from .preprocess import Geometry, plan_geometry, to_input_array
 from .sources import Source
 from .workers import OrderedResults, default_workers, done, ordered_map
+from .writer import ResultWriter
 
 if TYPE_CHECKING:
     import torch
@@ -30,9 +32,6 @@ if TYPE_CHECKING:
     from .methods import CamMethod
     from .models import LoadedModel
     from .targets import TargetChoice
-
-TOPK_IN_RECORD = 5
-
 
 @dataclass(frozen=True)
 class ExplainSettings:
@@ -122,12 +121,12 @@ class Explainer:
         self.model = model
         self.namer = OutputNamer(settings.output_dir, self.method.name)
         self.workers = settings.workers or default_workers(self.device.type)
-        self.run_info = {
-            "model": self.loaded.name,
-            "layers": self._layer_names(),
-            "method": self.method.name,
-            "device": str(self.device),
-        }
+        self.writer = ResultWriter(
+            self.namer, self.loaded.class_names, self._record_context(), warn,
+            colormap=settings.colormap, alpha=settings.alpha, save_raw=settings.save_raw,
+            save_guided=settings.save_guided, raw_norm=settings.norm != "minmax",
+            explicit_classes=bool(self.targets.classes),
+        )
 
     def _layer_names(self) -> list[str]:
         """The layers the maps come from, as the records report them."""
@@ -209,17 +208,19 @@ class Explainer:
         position = {id(item): i for i, item in enumerate(ready)}
         for item in batch:
             if item.error is not None:
-                futures.append(done(self._error_record(item.source, item.error)))
+                futures.append(done(self.writer.error_record(item.source.path, item.error)))
                 continue
             base = self.namer.base_for(item.source.relative)  # claimed here: names follow input order
             futures.append(pool.submit(self._finish_safely, item, cams, position[id(item)], base))
         return futures
 
     def _finish_safely(self, item: _Item, cams: "CamBatch", row: int, base: PurePath) -> ImageRecord:
+        """In a worker thread: this image's files and record; a failure becomes its error record."""
         try:
-            return self._finish(item, cams, row, base)
+            assert item.image is not None and item.geometry is not None
+            return self.writer.finish(item.source.path, item.image, item.geometry, cams, row, base)
         except (InputError, OSError) as error:
-            return self._error_record(item.source, f"{item.source.path}: {error}")
+            return self.writer.error_record(item.source.path, f"{item.source.path}: {error}")
         finally:
             item.image = item.array = None
 
@@ -249,116 +250,27 @@ class Explainer:
             options=self.options,
         )
 
-    def _class_name(self, index: int) -> str | None:
-        names = self.loaded.class_names
-        return names[index] if names and 0 <= index < len(names) else None
-
-    def _finish(self, item: _Item, cams: "CamBatch", row: int, base: PurePath) -> ImageRecord:
-        """Write this image's overlays (and raw maps) and build its record."""
-        import torch
-
-        source, image, geometry = item.source, item.image, item.geometry
-        assert image is not None and geometry is not None
-        if not bool(cams.finite[row]):
-            raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
-        probabilities = torch.softmax(cams.logits[row].float(), dim=0)
-        several = cams.targets.shape[1] > 1 or bool(self.targets.classes)
-        targets = [
-            self._write_target(item, cams, row, k, base, several, probabilities) for k in range(cams.targets.shape[1])
-        ]
-        top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
-        first = targets[0]
-        return ImageRecord(
-            input=str(source.path),
-            ok=True,
-            width=int(image.shape[1]),
-            height=int(image.shape[0]),
-            class_index=first.class_index,
-            class_name=first.class_name,
-            score=first.score,
-            probability=first.probability,
-            blank=any(t.blank for t in targets),
-            outputs=[t.overlay for t in targets if t.overlay],
-            targets=targets,
-            topk=[
-                {"index": int(i), "name": self._class_name(int(i)), "probability": round(float(p), 6)}
-                for p, i in zip(top.values, top.indices)
-            ],
-            **self._record_context(),
-        )
-
-    def _write_target(
-        self, item: _Item, cams: "CamBatch", row: int, k: int, base: PurePath, several: bool,
-        probabilities: "torch.Tensor",
-    ) -> TargetRecord:
-        """Map one class's CAM back onto the photo and write it."""
-        index = int(cams.targets[row, k])
-        blank = bool(cams.blank[row, k])
-        name = self._class_name(index)
-        if blank:
-            self.warn(
-                f"{item.source.path}: the map for class {index}{f' ({name})' if name else ''} is blank "
-                f"(no positive evidence at {', '.join(self.run_info['layers'])}); try another --layer or --class"
-            )
-        overlay_path, raw_path, guided_path = self.namer.paths(
-            base, index if several else None, self.settings.save_raw, self.settings.save_guided
-        )
-        self._write_maps(item, cams.maps[row, k], overlay_path, raw_path)
-        if guided_path is not None and cams.guided is not None:
-            self._write_guided(item, cams.guided[row, k], guided_path)
-        return TargetRecord(
-            class_index=index,
-            class_name=name,
-            score=round(float(cams.logits[row, index]), 6),
-            probability=round(float(probabilities[index]), 6),
-            blank=blank,
-            overlay=str(overlay_path),
-            raw=str(raw_path) if raw_path is not None else None,
-            guided=str(guided_path) if guided_path is not None else None,
-        )
-
-    def _write_maps(self, item: _Item, cam: "torch.Tensor", overlay_path: Path, raw_path: Path | None) -> None:
-        """The overlay (always scaled to [0, 1] for display) and, if asked, the map as computed."""
-        from .cams import normalise
-
-        raw = self.settings.norm != "minmax"
-        shown = normalise(cam)[0] if raw else cam
-        full = map_to_original(shown, item.geometry)  # type: ignore[arg-type]
-        write_atomic(overlay_path, encode_png(overlay(item.image, full, self.settings.colormap, self.settings.alpha)))  # type: ignore[arg-type]
-        if raw_path is not None:
-            values = map_to_original(cam, item.geometry, clamp=False) if raw else full  # type: ignore[arg-type]
-            write_atomic(raw_path, encode_npy(values))
-
-    def _write_guided(self, item: _Item, image: "torch.Tensor", path: Path) -> None:
-        """The guided Grad-CAM image in colour, at the photo's size."""
-        from .guided import deprocess
-
-        rgb = map_to_original(deprocess(image).permute(2, 0, 1), item.geometry)  # type: ignore[arg-type]
-        write_atomic(path, encode_png((rgb.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8)))
-
     def _record_context(self) -> dict[str, Any]:
+        """What every record of this run repeats, so a run can be reproduced from any line of its output."""
+        settings, options = self.settings, self.options
         return {
-            "model": self.run_info["model"],
-            "layers": self.run_info["layers"],
-            "method": self.run_info["method"],
-            "device": self.run_info["device"],
+            "model": self.loaded.name,
+            "layers": self._layer_names(),
+            "method": self.method.name,
+            "device": str(self.device),
             "settings": {
-                "preprocess": "crop" if self.settings.crop else "whole",
-                "relu": self.settings.relu,
-                "norm": str(getattr(self.settings.norm, "value", self.settings.norm)),
-                "combine": str(getattr(self.settings.combine, "value", self.settings.combine)),
-                "eigen_smooth": self.settings.eigen_smooth,
-                "aug_smooth": self.settings.aug_smooth,
-                "precision": str(self.options.precision or "fp32").replace("torch.", ""),
-                "pretrained": self.settings.pretrained and self.settings.weights is None,
-                "weights": str(self.settings.weights) if self.settings.weights else None,
+                "preprocess": "crop" if settings.crop else "whole",
+                "relu": settings.relu,
+                "norm": str(getattr(settings.norm, "value", settings.norm)),
+                "combine": str(getattr(settings.combine, "value", settings.combine)),
+                "eigen_smooth": settings.eigen_smooth,
+                "aug_smooth": settings.aug_smooth,
+                "precision": str(options.precision or "fp32").replace("torch.", ""),
+                "pretrained": settings.pretrained and settings.weights is None,
+                "weights": str(settings.weights) if settings.weights else None,
                 "version": __version__,
             },
         }
-
-    def _error_record(self, source: Source, message: str) -> ImageRecord:
-        self.warn(message)
-        return ImageRecord(input=str(source.path), ok=False, error=message, **self._record_context())
 
 
 def _check_method_options(settings: ExplainSettings, method: "CamMethod", warn: Callable[[str], None]) -> None:
