@@ -17,7 +17,7 @@ import typer
 from . import __version__
 from .cams import Combine, Norm
 from .errors import ExitCode, GradcamError, UsageError
-from .images import Colormap
+from .images import DEFAULT_MAX_PIXELS, Colormap
 
 app = typer.Typer(
     name="gradcam",
@@ -75,6 +75,7 @@ PRESET_PARAMS = (
     "model", "pretrained", "weights", "labels", "layers", "method", "classes", "topk", "crop",
     "colormap", "alpha", "save_raw", "batch_size", "device", "grid", "output_dir", "recursive",
     "relu", "norm", "combine", "eigen_smooth", "aug_smooth", "cam_batch_size", "save_guided", "precision", "workers",
+    "max_pixels",
 )
 
 
@@ -146,6 +147,7 @@ def _settings(values: dict[str, Any]) -> Any:
         save_guided=bool(values["save_guided"]),
         precision=str(values["precision"]),
         workers=max(0, int(values["workers"])),
+        max_pixels=max(0, int(values["max_pixels"])),
     )
 
 
@@ -215,6 +217,9 @@ def explain(
     precision: Annotated[
         str, typer.Option("--precision", help="auto (bf16 on CUDA, fp32 elsewhere), fp32, bf16 or fp16 for the model's passes; CAM maths stay fp32.")
     ] = "auto",
+    max_pixels: Annotated[
+        int, typer.Option("--max-pixels", help="Refuse images with more pixels than this (decompression bombs); 0 = no limit.", min=0)
+    ] = DEFAULT_MAX_PIXELS,
     workers: Annotated[
         int, typer.Option("--workers", help="Threads decoding and writing images beside the model; 0 = automatic.", min=0)
     ] = 0,

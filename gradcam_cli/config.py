@@ -74,6 +74,7 @@ PRESET_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "save_guided": ("save_guided", _as_bool),
     "precision": ("precision", _as_str),
     "workers": ("workers", _as_int),
+    "max_pixels": ("max_pixels", _as_int),
 }
 
 

@@ -55,12 +55,27 @@ def _pil_to_rgb(image: "object") -> np.ndarray:
     return np.asarray(image.convert("RGB"))
 
 
-def load_image(path: Path) -> np.ndarray:
-    """An upright 8-bit RGB array (H, W, 3); any failure is an InputError for this image."""
+DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
+
+
+def load_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """An upright 8-bit RGB array (H, W, 3); any failure is an InputError for this image.
+
+    The pixel count is read from the header and checked before anything is
+    decoded, so a small file that claims a huge image (a decompression bomb)
+    costs nothing. `max_pixels` <= 0 turns the check off.
+    """
     from PIL import Image, ImageOps, UnidentifiedImageError
 
+    Image.MAX_IMAGE_PIXELS = None  # our own limit below, with a message that names the option
     try:
         with Image.open(path) as image:
+            width, height = image.size
+            if 0 < max_pixels < width * height:
+                raise InputError(
+                    f"{path}: {width}x{height} is {width * height:,} pixels, above --max-pixels {max_pixels:,} "
+                    "(a guard against decompression bombs); raise --max-pixels if you trust this file"
+                )
             image.seek(0)  # animated GIF, multi-page TIFF: the first frame
             upright = ImageOps.exif_transpose(image)
             rgb = _pil_to_rgb(upright if upright is not None else image)

@@ -17,7 +17,7 @@ import numpy as np
 
 from . import __version__
 from .errors import GradcamError, InputError
-from .images import Colormap, load_image
+from .images import DEFAULT_MAX_PIXELS, Colormap, load_image
 from .outputs import ImageRecord, OutputNamer
 from .preprocess import Geometry, plan_geometry, to_input_array
 from .sources import Source
@@ -63,6 +63,7 @@ class ExplainSettings:
     save_guided: bool = False
     workers: int = 0  # decode/write threads; 0 = automatic
     precision: str = "auto"
+    max_pixels: int = DEFAULT_MAX_PIXELS
 
 
 @dataclass
@@ -188,7 +189,7 @@ class Explainer:
             item.error = source.error
             return item
         try:
-            item.image = load_image(source.path)
+            item.image = load_image(source.path, self.settings.max_pixels)
         except InputError as error:
             item.error = str(error)
             return item
