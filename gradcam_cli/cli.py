@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import difflib
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional, TextIO
+from typing import Annotated, Any, Iterator, Optional, TextIO
 
 import typer
 
 from . import __version__
 from .cams import Combine, Norm
-from .errors import ExitCode, GradcamError, UsageError
+from .errors import ExitCode, GradcamError, Interrupted, UsageError
 from .images import DEFAULT_MAX_PIXELS, Colormap
+
+INTERRUPTED_MESSAGE = (
+    "interrupted by {signal}; every file written is complete; re-run with --skip-existing to do the rest"
+)
 
 app = typer.Typer(
     name="gradcam",
@@ -75,7 +80,7 @@ PRESET_PARAMS = (
     "model", "pretrained", "weights", "labels", "layers", "method", "classes", "topk", "crop",
     "colormap", "alpha", "save_raw", "batch_size", "device", "grid", "output_dir", "recursive",
     "relu", "norm", "combine", "eigen_smooth", "aug_smooth", "cam_batch_size", "save_guided", "precision", "workers",
-    "max_pixels",
+    "max_pixels", "skip_existing",
 )
 
 
@@ -148,6 +153,7 @@ def _settings(values: dict[str, Any]) -> Any:
         precision=str(values["precision"]),
         workers=max(0, int(values["workers"])),
         max_pixels=max(0, int(values["max_pixels"])),
+        skip_existing=bool(values["skip_existing"]),
     )
 
 
@@ -217,6 +223,9 @@ def explain(
     precision: Annotated[
         str, typer.Option("--precision", help="auto (bf16 on CUDA, fp32 elsewhere), fp32, bf16 or fp16 for the model's passes; CAM maths stay fp32.")
     ] = "auto",
+    skip_existing: Annotated[
+        bool, typer.Option("--skip-existing", help="Skip images whose outputs are all there already (resume an interrupted run).")
+    ] = False,
     max_pixels: Annotated[
         int, typer.Option("--max-pixels", help="Refuse images with more pixels than this (decompression bombs); 0 = no limit.", min=0)
     ] = DEFAULT_MAX_PIXELS,
@@ -262,11 +271,36 @@ def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines:
             explainer.namer.protect(Path(text))
     sources = iter_sources(inputs, streams.stdin, settings.recursive, skip=settings.output_dir)
     try:
-        summary = explainer.run(sources, emit)
+        with _interruptible():
+            summary = explainer.run(sources, emit)
     finally:
         if progress:
             progress.stop()
     return _finish(summary, settings, streams, quiet)
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C and SIGTERM stop the run between images with one message: exit 130 or 143.
+
+    The engine finishes the files being written on its way out. KeyboardInterrupt
+    is turned into our own error here because Typer would swallow it silently.
+    """
+    import signal
+    import threading
+
+    def stop(_signum: int, _frame: Any) -> None:
+        raise Interrupted(INTERRUPTED_MESSAGE.format(signal="SIGTERM"), ExitCode.TERMINATED)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if main_thread else None
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Interrupted(INTERRUPTED_MESSAGE.format(signal="Ctrl-C")) from None
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _finish(summary: Any, settings: Any, streams: Streams, quiet: bool) -> int:
@@ -276,7 +310,10 @@ def _finish(summary: Any, settings: Any, streams: Streams, quiet: bool) -> int:
     if not quiet:
         blank = f", {summary.blank} with a blank map" if summary.blank else ""
         failed = f", {summary.failed} failed" if summary.failed else ""
-        streams.warn(f"explained {summary.done} of {summary.total} images{failed}{blank}; overlays in {settings.output_dir}/")
+        skipped = f", {summary.skipped} skipped (outputs exist)" if summary.skipped else ""
+        streams.warn(
+            f"explained {summary.done} of {summary.total} images{skipped}{failed}{blank}; overlays in {settings.output_dir}/"
+        )
     return ExitCode.SOME_INPUTS_FAILED if summary.failed else ExitCode.OK
 
 
@@ -396,16 +433,19 @@ def main(argv: Optional[list[str]] = None) -> None:
     command = typer.main.get_command(app)
     try:
         code = command.main(args=args, prog_name="gradcam", standalone_mode=False)
+    except Interrupted as error:
+        print(f"gradcam: {error}", file=sys.stderr)
+        code = error.exit_code
     except GradcamError as error:
         if debug:
             raise
         print(f"gradcam: error: {error}", file=sys.stderr)
         code = error.exit_code
-    except typer.Abort:
-        print("gradcam: interrupted", file=sys.stderr)
+    except typer.Abort:  # Ctrl-C, as click reports it
+        print(f"gradcam: {INTERRUPTED_MESSAGE.format(signal='Ctrl-C')}", file=sys.stderr)
         code = ExitCode.INTERRUPTED
     except KeyboardInterrupt:
-        print("gradcam: interrupted; files already written are complete", file=sys.stderr)
+        print(f"gradcam: {INTERRUPTED_MESSAGE.format(signal='Ctrl-C')}", file=sys.stderr)
         code = ExitCode.INTERRUPTED
     except BrokenPipeError:
         code = ExitCode.OK

@@ -13,7 +13,8 @@ class ExitCode(IntEnum):
     SOME_INPUTS_FAILED = 1
     USAGE = 2
     INTERNAL = 3
-    INTERRUPTED = 130
+    INTERRUPTED = 130  # SIGINT (Ctrl-C)
+    TERMINATED = 143  # SIGTERM
 
 
 class GradcamError(Exception):
@@ -42,3 +43,17 @@ class LayerError(GradcamError):
 
 class LayoutError(GradcamError):
     """A layer output whose spatial layout cannot be decided without `--grid`."""
+
+
+class OutputError(GradcamError):
+    """The output folder cannot be written (permissions, a full disk): the run stops, inputs untouched."""
+
+    exit_code = ExitCode.SOME_INPUTS_FAILED
+
+
+class Interrupted(GradcamError):
+    """SIGINT or SIGTERM: the run stopped between images, every file written is complete."""
+
+    def __init__(self, message: str, exit_code: ExitCode = ExitCode.INTERRUPTED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

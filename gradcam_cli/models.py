@@ -118,6 +118,29 @@ def resolve_precision(text: str, device: "torch.device") -> "torch.dtype | None"
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[text]
 
 
+def is_out_of_memory(error: BaseException) -> bool:
+    """CUDA, MPS or CPU allocation failure, whichever class the torch build raises it as."""
+    import torch
+
+    if isinstance(error, getattr(torch.cuda, "OutOfMemoryError", ())):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def free_device_memory(device: "torch.device") -> None:
+    """Give cached blocks back after an out-of-memory error, so a smaller retry can fit."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif device.type == "mps" and hasattr(torch, "mps"):
+        torch.mps.empty_cache()
+
+
 def place_model(model: "nn.Module", device: "torch.device") -> bool:
     """Move the model to the device; convolutional nets go channels-last on CPU and CUDA.
 

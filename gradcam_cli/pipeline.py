@@ -8,6 +8,7 @@ stops the run before any file is written.
 """
 from __future__ import annotations
 
+import errno
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -16,13 +17,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 import numpy as np
 
 from . import __version__
-from .errors import GradcamError, InputError
+from .errors import GradcamError, InputError, OutputError
 from .images import DEFAULT_MAX_PIXELS, Colormap, load_image
-from .outputs import ImageRecord, OutputNamer
+from .models import free_device_memory, is_out_of_memory
+from .outputs import ImageRecord, OutputNamer, ensure_writable
 from .preprocess import Geometry, plan_geometry, to_input_array
 from .sources import Source
 from .workers import OrderedResults, default_workers, done, ordered_map
 from .writer import ResultWriter
+
+OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 if TYPE_CHECKING:
     import torch
@@ -64,6 +68,7 @@ class ExplainSettings:
     workers: int = 0  # decode/write threads; 0 = automatic
     precision: str = "auto"
     max_pixels: int = DEFAULT_MAX_PIXELS
+    skip_existing: bool = False
 
 
 @dataclass
@@ -71,10 +76,19 @@ class Summary:
     done: int = 0
     failed: int = 0
     blank: int = 0
+    skipped: int = 0  # --skip-existing: all outputs were there already
 
     @property
     def total(self) -> int:
-        return self.done + self.failed
+        return self.done + self.failed + self.skipped
+
+    def count(self, record: ImageRecord) -> None:
+        if record.skipped:
+            self.skipped += 1
+        else:
+            self.done += record.ok
+            self.failed += not record.ok
+        self.blank += bool(record.blank)
 
 
 @dataclass
@@ -82,6 +96,8 @@ class _Item:
     """One input on its way through a batch."""
 
     source: Source
+    base: PurePath  # the output name, claimed in input order
+    skipped: bool = False
     image: np.ndarray | None = None
     geometry: Geometry | None = None
     array: np.ndarray | None = None
@@ -122,6 +138,7 @@ class Explainer:
         self.model = model
         self.namer = OutputNamer(settings.output_dir, self.method.name)
         self.workers = settings.workers or default_workers(self.device.type)
+        self.batch_limit = settings.batch_size  # lowered when the device runs out of memory
         self.writer = ResultWriter(
             self.namer, self.loaded.class_names, self._record_context(), warn,
             colormap=settings.colormap, alpha=settings.alpha, save_raw=settings.save_raw,
@@ -142,19 +159,22 @@ class Explainer:
         """Decode ahead and write behind in worker threads; the model runs in this one.
 
         Records come out in input order, each as soon as its files are written.
+        On an interruption or an output failure, images being written are
+        finished, queued work is dropped, and the records of what was written
+        still come out before the error goes up.
         """
         summary = Summary()
 
         def report(record: ImageRecord) -> None:
-            summary.done += record.ok
-            summary.failed += not record.ok
-            summary.blank += bool(record.blank)
+            summary.count(record)
             emit(record)
 
+        ensure_writable(self.settings.output_dir)
         window = 2 * self.settings.batch_size
-        with ThreadPoolExecutor(self.workers, thread_name_prefix="gradcam-io") as pool:
-            writing = OrderedResults(limit=window)
-            decoded = ordered_map(pool, self._decode, self._protected(sources), window)
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gradcam-io")
+        writing = OrderedResults(limit=window)
+        try:
+            decoded = ordered_map(pool, self._decode, self._named(sources), window)
             for batch in self._batches(decoded):
                 for future in self._explain_batch(batch, pool):
                     writing.add(future)
@@ -162,31 +182,45 @@ class Explainer:
                     report(record)  # type: ignore[arg-type]
             for record in writing.rest():
                 report(record)  # type: ignore[arg-type]
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # writes in progress complete; nothing new starts
+            for record in writing.finished():
+                report(record)  # type: ignore[arg-type]
+            raise
+        pool.shutdown(wait=True)
         return summary
 
-    def _protected(self, sources: Iterable[Source]) -> Iterator[Source]:
-        """Tell the namer each input as it streams by, so no output of this run replaces one."""
+    def _named(self, sources: Iterable[Source]) -> Iterator[tuple[Source, PurePath]]:
+        """Each input with its output name, claimed here in input order (the worker threads run out of order).
+
+        The namer also learns each input as it streams by, so no output of this run replaces one.
+        """
         for source in sources:
             self.namer.protect(source.path)
-            yield source
+            yield source, self.namer.base_for(source.relative)
 
     def _batches(self, items: Iterable[_Item]) -> Iterator[list[_Item]]:
-        """Decoded items, grouped so each batch holds `batch_size` images that can run."""
+        """Decoded items, grouped so each batch holds as many images that can run as the batch size allows."""
         batch: list[_Item] = []
         ready = 0
         for item in items:
             batch.append(item)
-            ready += item.error is None
-            if ready >= self.settings.batch_size:
+            ready += item.error is None and not item.skipped
+            if ready >= self.batch_limit:
                 yield batch
                 batch, ready = [], 0
         if batch:
             yield batch
 
-    def _decode(self, source: Source) -> _Item:
-        item = _Item(source)
+    def _decode(self, named: tuple[Source, PurePath]) -> _Item:
+        """In a worker thread: the image read and prepared for the model (or why not, or skipped)."""
+        source, base = named
+        item = _Item(source, base)
         if source.error:
             item.error = source.error
+            return item
+        if self.settings.skip_existing and self._outputs_exist(base):
+            item.skipped = True
             return item
         try:
             item.image = load_image(source.path, self.settings.max_pixels)
@@ -199,36 +233,88 @@ class Explainer:
         item.array = to_input_array(item.image, item.geometry, config)
         return item
 
+    def _outputs_exist(self, base: PurePath) -> bool:
+        """--skip-existing: every file this run would write for the image is there already."""
+        settings = self.settings
+        if self.targets.classes:
+            expected = [self.namer.paths(base, c, settings.save_raw, settings.save_guided) for c in self.targets.classes]
+        elif self.targets.topk > 1:
+            overlays = self.namer.existing_class_overlays(base)
+            return len(overlays) >= self.targets.topk
+        else:
+            expected = [self.namer.paths(base, None, settings.save_raw, settings.save_guided)]
+        return all(path.is_file() for paths in expected for path in paths if path is not None)
+
     # ------------------------------------------------------------- one batch
 
     def _explain_batch(self, batch: list[_Item], pool: ThreadPoolExecutor) -> "list[Future[ImageRecord]]":
         """The maps of a batch computed here; each image's files written by the pool."""
-        ready = [item for item in batch if item.error is None]
-        cams = self._compute(ready).to_cpu() if ready else None
+        ready = [item for item in batch if item.error is None and not item.skipped]
+        results = iter(self._compute_items(ready) if ready else [])
         futures = []
-        position = {id(item): i for i, item in enumerate(ready)}
         for item in batch:
-            if item.error is not None:
-                futures.append(done(self.writer.error_record(item.source.path, item.error)))
+            if item.skipped:
+                futures.append(done(self.writer.skipped_record(item.source.path, self._existing_outputs(item.base))))
                 continue
-            base = self.namer.base_for(item.source.relative)  # claimed here: names follow input order
-            futures.append(pool.submit(self._finish_safely, item, cams, position[id(item)], base))
+            if item.error is None:
+                result = next(results)
+                if isinstance(result, str):
+                    item.error = result
+                else:
+                    futures.append(pool.submit(self._finish_safely, item, *result))
+                    continue
+            futures.append(done(self.writer.error_record(item.source.path, item.error)))
         return futures
 
-    def _finish_safely(self, item: _Item, cams: "CamBatch", row: int, base: PurePath) -> ImageRecord:
-        """In a worker thread: this image's files and record; a failure becomes its error record."""
+    def _existing_outputs(self, base: PurePath) -> list[str]:
+        if self.targets.classes or self.targets.topk > 1:
+            return [str(p) for p in self.namer.existing_class_overlays(base)]
+        return [str(self.namer.paths(base, None, False)[0])]
+
+    def _finish_safely(self, item: _Item, cams: "CamBatch", row: int) -> ImageRecord:
+        """In a worker thread: this image's files and record; a failure becomes its error record.
+
+        A folder that cannot take files any more (full disk, read-only) stops the
+        whole run instead: every following image would fail the same way.
+        """
         try:
             assert item.image is not None and item.geometry is not None
-            return self.writer.finish(item.source.path, item.image, item.geometry, cams, row, base)
-        except (InputError, OSError) as error:
+            return self.writer.finish(item.source.path, item.image, item.geometry, cams, row, item.base)
+        except OSError as error:
+            if error.errno in OUTPUT_FATAL_ERRNOS:
+                raise OutputError(
+                    f"cannot write to {self.settings.output_dir}: {error.strerror or error} "
+                    "(files written so far are complete; free space or fix permissions, then re-run with --skip-existing)"
+                ) from None
+            return self.writer.error_record(item.source.path, f"{item.source.path}: {error}")
+        except InputError as error:
             return self.writer.error_record(item.source.path, f"{item.source.path}: {error}")
         finally:
             item.image = item.array = None
 
-    def _compute(self, items: list[_Item]) -> "CamBatch":
+    def _compute_items(self, items: list[_Item]) -> "list[tuple[CamBatch, int] | str]":
+        """Per item its maps (batch, row), or why it failed.
+
+        A batch that runs out of device memory is split in halves, down to one
+        image, and later batches stay at the size that worked; an image that does
+        not fit alone gets an error and the rest go on.
+        """
         import torch
 
-        return self.compute(torch.from_numpy(np.stack([item.array for item in items])))
+        try:
+            cams = self.compute(torch.from_numpy(np.stack([item.array for item in items]))).to_cpu()
+            return [(cams, row) for row in range(len(items))]
+        except Exception as error:  # noqa: BLE001 - only out-of-memory is handled, the rest goes up
+            if not is_out_of_memory(error):
+                raise
+            free_device_memory(self.device)
+        if len(items) == 1:
+            return [f"{items[0].source.path}: out of memory on {self.device} even for this image alone; "
+                    "try --precision bf16, a smaller model or --device cpu"]
+        half = len(items) // 2
+        self.batch_limit = min(self.batch_limit, half)
+        self.warn(f"out of memory on {self.device} with {len(items)} images at once; retrying with {half}")
+        return self._compute_items(items[:half]) + self._compute_items(items[half:])
 
     def compute(self, x: "torch.Tensor") -> "CamBatch":
         """The maps of a preprocessed batch (N, 3, H, W), computed as the run does (device, memory format)."""

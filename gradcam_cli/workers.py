@@ -53,6 +53,14 @@ class OrderedResults:
         while self._pending and (self._pending[0].done() or len(self._pending) > self.limit):
             yield self._pending.popleft().result()
 
+    def finished(self) -> Iterator[object]:
+        """After a stop: the results at the head that completed, in order, up to the first that did not."""
+        while self._pending and self._pending[0].done() and not self._pending[0].cancelled():
+            future = self._pending.popleft()
+            if future.exception() is not None:
+                break
+            yield future.result()
+
     def rest(self) -> Iterator[object]:
         while self._pending:
             yield self._pending.popleft().result()

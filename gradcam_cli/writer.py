@@ -88,6 +88,10 @@ class ResultWriter:
             **self.context,
         )
 
+    def skipped_record(self, path: Path, outputs: list[str]) -> ImageRecord:
+        """--skip-existing: accounted for, not recomputed."""
+        return ImageRecord(input=str(path), ok=True, skipped=True, outputs=outputs, **self.context)
+
     def error_record(self, path: Path, message: str) -> ImageRecord:
         self.warn(message)
         return ImageRecord(input=str(path), ok=False, error=message, **self.context)

@@ -1,0 +1,157 @@
+"""Interruptions and faults: signals mid-batch and --skip-existing, out of memory, unwritable or full output folders."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import write_image
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _folder(tmp_path: Path, count: int) -> Path:
+    folder = tmp_path / "in"
+    for i in range(count):
+        write_image(folder / f"img_{i:03d}.png", 160, 120, seed=i)
+    return folder
+
+
+def _explain(folder: Path, out: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "gradcam_cli", "explain", str(folder), "--model", "test_resnet",
+               "--no-pretrained", "-b", "2", "--workers", "2", "-o", str(out), "--json", *extra]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_mid_batch_leaves_whole_files_and_skip_existing_does_the_rest(tmp_path, signum, code) -> None:
+    count = 120
+    folder, out = _folder(tmp_path, count), tmp_path / "out"
+    inputs = _snapshot(folder)
+    process = _explain(folder, out)
+    first = []
+    assert process.stdout is not None
+    for line in process.stdout:  # wait until the run is really under way
+        first.append(json.loads(line))
+        if len(first) == 4:
+            process.send_signal(signum)
+            break
+    rest, stderr = process.communicate(timeout=60)
+    first += [json.loads(line) for line in rest.splitlines() if line.strip()]
+    assert process.returncode == code, stderr
+    assert "interrupted" in stderr and "--skip-existing" in stderr and "Traceback" not in stderr
+    assert len(first) < count, "the run stopped before the end"
+
+    written = sorted(out.glob("*.png"))
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "no temporary or partial file is left"
+    from PIL import Image
+
+    for path in written:  # every file there is whole
+        with Image.open(path) as image:
+            image.load()
+    assert {Path(r["outputs"][0]).name for r in first if r["ok"]} <= {p.name for p in written}
+
+    again = _explain(folder, out, "--skip-existing")
+    stdout, stderr = again.communicate(timeout=120)
+    assert again.returncode == 0, stderr
+    records = [json.loads(line) for line in stdout.splitlines()]
+    assert len(records) == count
+    skipped = {r["input"] for r in records if r["skipped"]}
+    redone = {r["input"] for r in records if not r["skipped"]}
+    assert len(skipped) == len(written) and len(redone) == count - len(written)
+    assert f"{len(skipped)} skipped" in stderr
+    assert len(list(out.glob("*.png"))) == count, "together the two runs explained every input once"
+    assert _snapshot(folder) == inputs
+
+
+def test_out_of_memory_splits_the_batch_and_gives_the_same_files(run_cli, tmp_path, monkeypatch) -> None:
+    from gradcam_cli.pipeline import Explainer
+
+    folder = _folder(tmp_path, 7)
+    plain = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "8", "-o", tmp_path / "a", "--json")
+    assert plain.code == 0, plain.stderr
+
+    compute = Explainer.compute
+    sizes = []
+
+    def small_device(self, x):
+        sizes.append(int(x.shape[0]))
+        if x.shape[0] > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return compute(self, x)
+
+    monkeypatch.setattr(Explainer, "compute", small_device)
+    result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "8", "-o", tmp_path / "b", "--json")
+    assert result.code == 0, result.stderr
+    assert "out of memory" in result.stderr and "retrying" in result.stderr
+    assert sizes[0] == 7 and sum(s for s in sizes if s <= 2) == 7, sizes  # halved until it fits, every image once
+    assert all(r["ok"] for r in result.records()) and len(result.records()) == 7
+    assert _snapshot(tmp_path / "a") == _snapshot(tmp_path / "b")
+
+
+def test_an_image_that_never_fits_gets_an_error_record(run_cli, tmp_path, monkeypatch) -> None:
+    from gradcam_cli.pipeline import Explainer
+
+    def no_memory(self, x):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(Explainer, "compute", no_memory)
+    folder = _folder(tmp_path, 3)
+    result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-o", tmp_path / "o", "--json")
+    assert result.code == 1 and "Traceback" not in result.stderr
+    records = result.records()
+    assert len(records) == 3 and not any(r["ok"] for r in records)
+    assert all("out of memory" in r["error"] for r in records)
+
+
+def test_an_output_folder_that_cannot_be_written_is_one_message(run_cli, tmp_path) -> None:
+    folder = _folder(tmp_path, 2)
+    inputs = _snapshot(folder)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-o", blocker / "out")
+    assert result.code == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot write to the output folder" in lines[0] and "--output-dir" in lines[0]
+    assert _snapshot(folder) == inputs
+
+
+def test_a_full_disk_stops_the_run_with_one_message(run_cli, tmp_path, monkeypatch) -> None:
+    from gradcam_cli import writer
+
+    real = writer.write_atomic
+    writes = []
+
+    def filling_up(path, data):
+        if len(writes) >= 3:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        writes.append(path)
+        real(path, data)
+
+    monkeypatch.setattr(writer, "write_atomic", filling_up)
+    folder = _folder(tmp_path, 12)
+    inputs = _snapshot(folder)
+    out = tmp_path / "out"
+    result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "2", "--workers", "1",
+                     "-o", out, "--json")
+    assert result.code == 1
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and "--skip-existing" in errors[0]
+    assert "Traceback" not in result.stderr
+    records = result.records()
+    assert len(records) == 3 and all(r["ok"] for r in records), "the images written before are reported"
+    assert sorted(p.name for p in out.iterdir()) == sorted(Path(p).name for p in writes)
+    assert _snapshot(folder) == inputs
