@@ -273,10 +273,6 @@ def test_output_folder_is_the_input_folder_and_inputs_are_named_every_way(run_cl
     assert {k: final[k] for k in before} == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "OutputNamer.protect (gradcam_cli/outputs.py) keeps only resolved input paths under the output folder; "
-    "a named input that is a link to a file elsewhere is not protected, and write_atomic's os.replace "
-    "replaces the link with another input's overlay"))
 def test_a_symlinked_input_is_not_replaced_by_another_inputs_overlay(run_cli, tmp_path):
     """`a.gradcam.png` is a link to a photo elsewhere and is itself an input: a.png's overlay must not replace it."""
     folder = tmp_path / "pics"
