@@ -55,6 +55,24 @@ def _pil_to_rgb(image: "object") -> np.ndarray:
     return np.asarray(image.convert("RGB"))
 
 
+def _not_an_image(path: Path) -> str:
+    """Why Pillow did not recognise the file, as precisely as its first bytes tell."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        head = None
+    if head == b"":
+        return "empty file (0 bytes), not an image"
+    if head:
+        text = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+        if text.startswith((b"<!doctype html", b"<html", b"<head", b"<body")):
+            return "an HTML page, not an image (a saved web page or a download error?)"
+        if all(32 <= byte < 127 or byte in (9, 10, 13) for byte in head):
+            return "a text file, not an image"
+    return "not an image file Pillow can read (truncated, or another format)"
+
+
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
 
 
@@ -80,13 +98,15 @@ def load_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
             upright = ImageOps.exif_transpose(image)
             rgb = _pil_to_rgb(upright if upright is not None else image)
     except FileNotFoundError:
+        if os.path.islink(path):
+            raise InputError(f"{path}: broken symbolic link (its target {os.readlink(path)} does not exist)") from None
         raise InputError(f"{path}: no such file") from None
     except IsADirectoryError:
         raise InputError(f"{path}: is a folder, not an image (add it without a file name to scan it)") from None
     except PermissionError:
         raise InputError(f"{path}: permission denied") from None
     except UnidentifiedImageError:
-        raise InputError(f"{path}: not an image file Pillow can read (empty, truncated or another format)") from None
+        raise InputError(f"{path}: {_not_an_image(path)}") from None
     except Image.DecompressionBombError as error:
         raise InputError(f"{path}: refused, too many pixels ({error})") from None
     except (OSError, ValueError, SyntaxError) as error:

@@ -7,6 +7,7 @@ with the children that do exist there, so nobody has to guess.
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -39,6 +40,9 @@ TORCHVISION_DEFAULTS: tuple[tuple[str, str], ...] = (
 )
 
 
+INDEX = re.compile(r"-?[0-9]+")  # a child index as users type it: 1, -1
+
+
 @dataclass(frozen=True)
 class ResolvedLayer:
     """A layer found in a model: its canonical dotted name and the module."""
@@ -57,10 +61,9 @@ def _step(module: "nn.Module", token: str) -> tuple[str, "nn.Module"] | None:
     children = dict(module.named_children())
     if token in children:
         return token, children[token]
-    try:
-        index = int(token)
-    except ValueError:
+    if not INDEX.fullmatch(token):  # not int(): it takes " 1", "1_0", "+1" and non-ASCII digits
         return None
+    index = int(token)
     names = list(children)
     if -len(names) <= index < len(names):
         name = names[index]
@@ -68,7 +71,13 @@ def _step(module: "nn.Module", token: str) -> tuple[str, "nn.Module"] | None:
     return None
 
 
+def _printable(text: str) -> str:
+    """Control characters escaped, so a message stays on one line (a stray newline in a preset, say)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _not_found(path: str, failed: str, where: str, parent: "nn.Module", model_name: str) -> LayerError:
+    path, failed = _printable(path), _printable(failed)
     names = _child_names(parent)
     place = f"children of '{where}'" if where else "children of the root"
     shown = ", ".join(names[:24]) + (f", ... ({len(names) - 24} more)" if len(names) > 24 else "")
@@ -86,7 +95,8 @@ def _not_found(path: str, failed: str, where: str, parent: "nn.Module", model_na
 def resolve_layer(model: "nn.Module", path: str, model_name: str = "the model") -> ResolvedLayer:
     """Walk a dotted path; negative indices count from the end of a module's children."""
     path = path.strip()
-    if not path or path in (".", "model"):
+    # "model" names the root unless a child is called so (wrappers often keep `self.model`)
+    if not path or path == "." or (path == "model" and "model" not in model._modules):
         return ResolvedLayer(path=path, name="", module=model)
     module, parts = model, []
     for token in path.split("."):
