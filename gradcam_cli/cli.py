@@ -262,7 +262,9 @@ def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines:
     explainer = Explainer(settings, warn=warn, progress=progress.detail if progress else None)
 
     def emit(record: Any) -> None:
-        print(record.to_json() if as_json else _human_line(record), file=streams.stdout, flush=True)
+        # one write per line: a Ctrl-C between print's two writes would glue two JSON records together
+        streams.stdout.write((record.to_json() if as_json else _human_line(record)) + "\n")
+        streams.stdout.flush()
         if progress:
             progress.advance(record.ok)
 

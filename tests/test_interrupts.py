@@ -46,10 +46,10 @@ def test_a_signal_mid_batch_leaves_whole_files_and_skip_existing_does_the_rest(t
     assert process.stdout is not None
     for line in process.stdout:  # wait until the run is really under way
         first.append(json.loads(line))
-        if len(first) == 4:
+        if len(first) == 2:
             process.send_signal(signum)
             break
-    rest, stderr = process.communicate(timeout=60)
+    rest, stderr = process.communicate(timeout=120)
     first += [json.loads(line) for line in rest.splitlines() if line.strip()]
     assert process.returncode == code, stderr
     assert "interrupted" in stderr and "--skip-existing" in stderr and "Traceback" not in stderr
