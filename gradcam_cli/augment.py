@@ -5,7 +5,7 @@ mirror of each zoom). Zooms keep the input size, so models with fixed position
 embeddings (ViT) accept every view: zooming in crops the centre and enlarges
 it, zooming out shrinks the image onto a zero (mean-colour) border. Every map
 is brought back to the original view; where a zoomed-in view does not cover a
-pixel it does not vote. Every view explains the classes chosen on the
+pixel it does not vote, and its vote fades in towards its edges (no seam). Every view explains the classes chosen on the
 unaugmented view, so a flip cannot switch the explained class.
 """
 from __future__ import annotations
@@ -66,8 +66,25 @@ class View:
         back = torch.zeros_like(maps)
         back[..., top : top + bh, left : left + bw] = _resize(maps, (bh, bw))
         covered = torch.zeros_like(covered)
-        covered[top : top + bh, left : left + bw] = 1
+        covered[top : top + bh, left : left + bw] = _feathered(bh, bw, maps.dtype, maps.device)
         return back, covered
+
+
+def _feathered(h: int, w: int, dtype: "torch.dtype", device: "torch.device") -> "torch.Tensor":
+    """A weight of 1 inside, falling linearly to 0 at the edges over a tenth of the size.
+
+    A hard-edged vote would leave a visible seam where the zoomed-in views stop
+    counting; a ramp blends them in.
+    """
+    import torch
+
+    ramp = max(1.0, 0.1 * min(h, w))
+
+    def edge(n: int) -> "torch.Tensor":
+        i = torch.arange(n, dtype=dtype, device=device)
+        return (torch.minimum(i + 0.5, n - i - 0.5) / ramp).clamp(max=1.0)
+
+    return edge(h)[:, None] * edge(w)[None, :]
 
 
 VIEWS = tuple(View(flip, scale) for scale in SCALES for flip in (False, True))
