@@ -222,13 +222,16 @@ class _Job:
 
 
 def _stack(maps: list["torch.Tensor"], blanks: list["torch.Tensor"]) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Per-rank maps (N, H, W) and flags (N,) → (N, K, H, W) and (N, K)."""
     import torch
 
     return torch.stack(maps, dim=1).nan_to_num_(0.0), torch.stack(blanks, dim=1)
 
 
 def _run_gradient(job: _Job) -> CamBatch:
-    """One forward with a graph, one gradient pass per target rank, stopping at the layers."""
+    """One forward with a graph, then the gradients of every target rank, stopping at the layers."""
+    import torch
+
     from .guided import guided_backprop
 
     method = job.method
@@ -240,12 +243,10 @@ def _run_gradient(job: _Job) -> CamBatch:
         activations = recorder.activations()
         layouts = job.layouts(activations)
         finite = finite_rows(logits.detach(), *activations)
-        maps, blanks, guided = [], [], []
         scores = logits.gather(1, chosen).float()
         per_rank = recorder.gradients_per_rank(scores, retain_graph=method.guided)
-        for k in range(chosen.shape[1]):
-            score = scores[:, k].sum()
-            gradients = per_rank[k]
+        maps, blanks, guided = [], [], []
+        for k, gradients in enumerate(per_rank):
             finite &= finite_rows(*gradients)
             raws = [
                 job.reduce(method.compute(layout.to_nchw(a).float(), layout.to_nchw(g).float()))
@@ -253,24 +254,35 @@ def _run_gradient(job: _Job) -> CamBatch:
             ]
             cam, blank = finish_maps(raws, job.size, job.options)
             if guide is not None:
-                backprop = guide.input_gradient(score, recorder.input, retain_graph=k + 1 < chosen.shape[1])
+                backprop = guide.input_gradient(scores[:, k].sum(), recorder.input, retain_graph=k + 1 < len(per_rank))
                 finite &= finite_rows(backprop)
                 cam, blank, image = guide.combine(cam, backprop, job.options)
                 guided.append(image)
             maps.append(cam)
             blanks.append(blank)
     maps_t, blanks_t = _stack(maps, blanks)
-    import torch
-
     guided_t = torch.stack(guided, dim=1) if guided else None
     return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, layouts, guided_t)
+
+
+def _perturbation_raws(job: _Job, activations: list["torch.Tensor"], grids: list["torch.Tensor"],
+                       layouts: list[Layout], logits: "torch.Tensor", classes: "torch.Tensor") -> list["torch.Tensor"]:
+    """Raw maps per layer of a gradient-free method that weighs channels by extra forwards."""
+    from .perturb import LayerProbe
+
+    raws = []
+    for layer, raw, layout, grid in zip(job.layers, activations, layouts, grids):
+        probe = LayerProbe(job.model, job.x, layer, layout, raw, grid, logits, classes,
+                           job.options.cam_batch_size, job.options.progress, job.method.name)
+        with job.autocast():
+            weights = job.method.compute(probe).float()
+        raws.append(job.reduce(weights[:, :, None, None] * grid))
+    return raws
 
 
 def _run_forward_only(job: _Job) -> CamBatch:
     """Gradient-free methods: one forward that builds no graph, then the method's own forwards, if any."""
     import torch
-
-    from .perturb import LayerProbe
 
     with torch.inference_mode():
         with LayerRecorder(job.model, list(job.layers), job.model_name, graph=False) as recorder, job.autocast():
@@ -280,26 +292,16 @@ def _run_forward_only(job: _Job) -> CamBatch:
         layouts = job.layouts(activations)
         finite = finite_rows(logits, *activations)
         grids = [layout.to_nchw(a).float() for a, layout in zip(activations, layouts)]
-        maps, blanks = [], []
-        class_free: tuple["torch.Tensor", "torch.Tensor"] | None = None
-        for k in range(chosen.shape[1]):
-            if job.method.kind is MethodKind.ACTIVATION:
-                class_free = class_free or finish_maps(
-                    [job.reduce(job.method.compute(a, None)) for a in grids], job.size, job.options
-                )
-                cam, blank = class_free
-            else:
-                raws = []
-                for layer, raw, layout, a in zip(job.layers, activations, layouts, grids):
-                    probe = LayerProbe(job.model, job.x, layer, layout, raw, a, logits, chosen[:, k],
-                                       job.options.cam_batch_size, job.options.progress, job.method.name)
-                    with job.autocast():
-                        weights = job.method.compute(probe).float()
-                    raws.append(job.reduce(weights[:, :, None, None] * a))
-                cam, blank = finish_maps(raws, job.size, job.options)
-            maps.append(cam)
-            blanks.append(blank)
-        maps_t, blanks_t = _stack(maps, blanks)
+        if job.method.kind is MethodKind.ACTIVATION:  # the same map for every class
+            cam, blank = finish_maps([job.reduce(job.method.compute(g, None)) for g in grids], job.size, job.options)
+            per_rank = [(cam, blank)] * chosen.shape[1]
+        else:
+            per_rank = [
+                finish_maps(_perturbation_raws(job, activations, grids, layouts, logits, chosen[:, k]), job.size,
+                            job.options)
+                for k in range(chosen.shape[1])
+            ]
+        maps_t, blanks_t = _stack([m for m, _ in per_rank], [b for _, b in per_rank])
         return CamBatch(maps_t, blanks_t, finite, logits, chosen, layouts)
 
 

@@ -109,7 +109,9 @@ def test_the_graph_starts_at_the_target_layer() -> None:
 
 
 def test_parameters_get_no_gradient_and_keep_their_flags() -> None:
-    model = timm_model("test_resnet")
+    import timm
+
+    model = timm.create_model("test_resnet", pretrained=False).eval()  # not the shared one: references fill .grad
     flags = [p.requires_grad for p in model.parameters()]
     gradcam_cli.cam(model, seeded(32, 1, 3, 64, 64), "layer3")
     assert [p.requires_grad for p in model.parameters()] == flags
