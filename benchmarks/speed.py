@@ -141,6 +141,12 @@ def compute_vs_lower_bound(
     return float(np.median(mine)), float(np.median(bound))
 
 
+def _steady(images: int, seconds: float, startup: float) -> float | None:
+    """Images per second once started; None when the folder is too small to tell it from start-up noise."""
+    work = seconds - startup
+    return (images - 1) / work if images >= 16 and work > 0.1 * seconds else None
+
+
 def benchmark_model(model: str, folder: Path, one: Path, images: int, rounds: int,
                     configs: list[tuple[int, str]], extra: list[str], device: str) -> list[dict]:
     """End to end on the folder and on one image (start-up), the programs alternating; a row per (batch, precision)."""
@@ -158,7 +164,7 @@ def benchmark_model(model: str, folder: Path, one: Path, images: int, rounds: in
                         command = reference_command(source, Path(tmp) / f"{r}{name}", model, device)
                         runs.setdefault(name, []).append(run_timed(command))
     best = {name: min(t.seconds for t in timed) for name, timed in runs.items()}
-    steady = {name: (images - 1) / max(best[name] - best[f"{name}_1"], 1e-9) for name in best if not name.endswith("_1")}
+    steady = {name: _steady(images, best[name], best[f"{name}_1"]) for name in best if not name.endswith("_1")}
     rows = []
     for batch, precision in configs:
         name = f"ours{batch}{precision}"
@@ -170,7 +176,7 @@ def benchmark_model(model: str, folder: Path, one: Path, images: int, rounds: in
             "speedup": best["ref"] / best[name] if reference else None,
             "steady_ours": steady[name],
             "steady_ref": steady.get("ref"),
-            "steady_speedup": steady[name] / steady["ref"] if reference else None,
+            "steady_speedup": steady[name] / steady["ref"] if reference and steady[name] and steady["ref"] else None,
             "compute_s": compute, "bound_s": bound, "compute_ratio": compute / bound,
             "ours_rss": max(t.peak_rss_mb for t in runs[name]),
             "ref_rss": max(t.peak_rss_mb for t in runs["ref"]) if reference else None,
@@ -194,7 +200,7 @@ def table(rows: list[dict], images: int, rounds: int, command: str, device: str)
         lines.append(
             f"| {r['model']} | {r['batch']}, {r['precision']} | {r['ours_ips']:.2f} | {_x(r['ref_ips'])} | "
             f"**{_x(r['speedup'], suffix='x')}** | **{_x(r['steady_speedup'], suffix='x')}** "
-            f"({r['steady_ours']:.1f} vs {_x(r['steady_ref'], 1)} images/s) | "
+            f"({_x(r['steady_ours'], 1)} vs {_x(r['steady_ref'], 1)} images/s) | "
             f"{r['compute_ratio']:.2f} ({r['compute_s'] * 1000:.0f} / {r['bound_s'] * 1000:.0f} ms per batch) | "
             f"{r['ours_rss']:.0f} / {_x(r['ref_rss'], 0)} MB |"
         )
