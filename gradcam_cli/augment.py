@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from .preprocess import resize
 from .targets import FixedTargets
 
 if TYPE_CHECKING:
@@ -43,10 +44,10 @@ class View:
         if self.scale != 1.0:
             top, left, bh, bw = self.box(h, w)
             if self.scale > 1:
-                x = _resize(x[..., top : top + bh, left : left + bw], (h, w))
+                x = resize(x[..., top : top + bh, left : left + bw], (h, w))
             else:
                 canvas = torch.zeros_like(x)
-                canvas[..., top : top + bh, left : left + bw] = _resize(x, (bh, bw))
+                canvas[..., top : top + bh, left : left + bw] = resize(x, (bh, bw))
                 x = canvas
         return x.flip(-1) if self.flip else x
 
@@ -62,9 +63,9 @@ class View:
             return maps, covered
         top, left, bh, bw = self.box(h, w)
         if self.scale < 1:
-            return _resize(maps[..., top : top + bh, left : left + bw], (h, w)), covered
+            return resize(maps[..., top : top + bh, left : left + bw], (h, w)), covered
         back = torch.zeros_like(maps)
-        back[..., top : top + bh, left : left + bw] = _resize(maps, (bh, bw))
+        back[..., top : top + bh, left : left + bw] = resize(maps, (bh, bw))
         covered = torch.zeros_like(covered)
         covered[top : top + bh, left : left + bw] = _feathered(bh, bw, maps.dtype, maps.device)
         return back, covered
@@ -88,17 +89,6 @@ def _feathered(h: int, w: int, dtype: "torch.dtype", device: "torch.device") -> 
 
 
 VIEWS = tuple(View(flip, scale) for scale in SCALES for flip in (False, True))
-
-
-def _resize(t: "torch.Tensor", size: tuple[int, int]) -> "torch.Tensor":
-    import torch.nn.functional as F
-
-    if tuple(t.shape[-2:]) == tuple(size):
-        return t
-    lead = t.shape[:-2]
-    flat = t.reshape(-1, 1, *t.shape[-2:]).float()
-    out = F.interpolate(flat, size=size, mode="bilinear", align_corners=False)
-    return out.reshape(*lead, *size).to(t.dtype)
 
 
 def smoothed(

@@ -16,6 +16,7 @@ from .extractor import LayerRecorder
 from .layout import Layout, LayoutHints, channels_dim_hint, detect_layout
 from .methods import MethodKind
 from .methods.projection import first_component
+from .preprocess import resize
 
 if TYPE_CHECKING:
     import torch
@@ -82,7 +83,6 @@ class CamBatch:
     finite: "torch.Tensor"  # (N,) bool: scores and gradients were finite
     logits: "torch.Tensor"  # (N, classes)
     targets: "torch.Tensor"  # (N, K) class indices
-    layouts: list[Layout]
     guided: "torch.Tensor | None" = None
 
     def to_cpu(self) -> "CamBatch":
@@ -125,15 +125,6 @@ def normalise(maps: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
     return scaled.clamp_(0.0, 1.0), blank
 
 
-def upsample(maps: "torch.Tensor", size: tuple[int, int]) -> "torch.Tensor":
-    """(N, h, w) → (N, H, W) bilinear, half-pixel centres (as cv2.resize, so maps match the reference)."""
-    import torch.nn.functional as F
-
-    if tuple(maps.shape[-2:]) == tuple(size):
-        return maps
-    return F.interpolate(maps[:, None], size=size, mode="bilinear", align_corners=False)[:, 0]
-
-
 def combine_layers(per_layer: Sequence["torch.Tensor"], how: str) -> "torch.Tensor":
     """Several layers' maps (each N×H×W, same size) → one."""
     import torch
@@ -164,7 +155,7 @@ def finish_maps(
             raw = raw.clamp(min=0)
         if options.norm == "minmax":
             raw = normalise(raw)[0]
-        per_layer.append(upsample(raw, size))
+        per_layer.append(resize(raw, size))  # half-pixel bilinear, as cv2.resize: maps match the reference
     combined = combine_layers(per_layer, options.combine)
     scaled, blank = normalise(combined)
     return (scaled if options.norm == "minmax" else combined), blank
@@ -262,7 +253,7 @@ def _run_gradient(job: _Job) -> CamBatch:
             blanks.append(blank)
     maps_t, blanks_t = _stack(maps, blanks)
     guided_t = torch.stack(guided, dim=1) if guided else None
-    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, layouts, guided_t)
+    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, guided_t)
 
 
 def _perturbation_raws(job: _Job, activations: list["torch.Tensor"], grids: list["torch.Tensor"],
@@ -302,7 +293,7 @@ def _run_forward_only(job: _Job) -> CamBatch:
                 for k in range(chosen.shape[1])
             ]
         maps_t, blanks_t = _stack([m for m, _ in per_rank], [b for _, b in per_rank])
-        return CamBatch(maps_t, blanks_t, finite, logits, chosen, layouts)
+        return CamBatch(maps_t, blanks_t, finite, logits, chosen)
 
 
 def _run_network(job: _Job) -> CamBatch:
@@ -327,7 +318,7 @@ def _run_network(job: _Job) -> CamBatch:
             maps.append(cam)
             blanks.append(blank)
     maps_t, blanks_t = _stack(maps, blanks)
-    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, [])
+    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen)
 
 
 _RUNNERS = {

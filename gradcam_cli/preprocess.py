@@ -99,23 +99,32 @@ def _pad_to(array: np.ndarray, top: int, left: int, height: int, width: int) -> 
     return out
 
 
+def resize(t: "torch.Tensor", size: tuple[int, int]) -> "torch.Tensor":
+    """Any (..., h, w) tensor → (..., H, W), bilinear with half-pixel centres (as cv2.resize), dtype kept.
+
+    The one resize of maps and images in the package: layer maps to the input,
+    augmented views and their maps, FullGrad's parts, maps back onto the photo.
+    """
+    import torch.nn.functional as F
+
+    if tuple(t.shape[-2:]) == tuple(size):
+        return t
+    planes = t.reshape(-1, 1, *t.shape[-2:]).float()
+    out = F.interpolate(planes, size=size, mode="bilinear", align_corners=False)
+    return out.reshape(*t.shape[:-2], *size).to(t.dtype)
+
+
 def map_to_original(cam: "torch.Tensor", geometry: Geometry, clamp: bool = True) -> np.ndarray:
     """A map (h, w) or (C, h, w) at the input size → float32 at the original size (zero outside a crop).
 
     `clamp` keeps values in [0, 1]; raw maps (--norm none) are resized as they are.
     """
-    import torch.nn.functional as F
-
     height, width = geometry.original_hw
     x0, y0, x1, y1 = geometry.box
-    planes = cam.float().reshape(-1, 1, *cam.shape[-2:])
     left, top = max(0, math.floor(x0)), max(0, math.floor(y0))
     right, bottom = min(width, math.ceil(x1)), min(height, math.ceil(y1))
-    whole = (x0, y0, x1, y1) == (0.0, 0.0, float(width), float(height))
-    if whole:
-        left, top, right, bottom = 0, 0, width, height
-    out = np.zeros((planes.shape[0], height, width), dtype=np.float32)
+    out = np.zeros((*cam.shape[:-2], height, width), dtype=np.float32)
     if right > left and bottom > top:
-        region = F.interpolate(planes, size=(bottom - top, right - left), mode="bilinear", align_corners=False)[:, 0]
-        out[:, top:bottom, left:right] = (region.clamp(0, 1) if clamp else region).cpu().numpy()
-    return out.reshape(*cam.shape[:-2], height, width)
+        region = resize(cam.float(), (bottom - top, right - left))
+        out[..., top:bottom, left:right] = (region.clamp(0, 1) if clamp else region).cpu().numpy()
+    return out

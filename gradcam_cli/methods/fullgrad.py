@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..preprocess import resize
 from . import MethodKind, register_method
 
 if TYPE_CHECKING:
@@ -69,14 +70,6 @@ def scale_channels(maps: "torch.Tensor") -> "torch.Tensor":
     return shifted / (shifted.amax(dim=(2, 3), keepdim=True) + SCALE_EPS)
 
 
-def _resize(maps: "torch.Tensor", size: tuple[int, int]) -> "torch.Tensor":
-    import torch.nn.functional as F
-
-    if tuple(maps.shape[-2:]) == tuple(size):
-        return maps
-    return F.interpolate(maps, size=size, mode="bilinear", align_corners=False)
-
-
 def _parts(net: "NetworkGradients") -> "list[torch.Tensor]":
     """The input part (N, 3, H, W) and one (N, 1, H, W) part per bias layer."""
     size = (int(net.inputs.shape[-2]), int(net.inputs.shape[-1]))
@@ -84,7 +77,7 @@ def _parts(net: "NetworkGradients") -> "list[torch.Tensor]":
     for module, grad in net.layers:
         bias = implicit_bias(module).detach().to(grad.dtype)[None, :, None, None]
         summed = scale_channels((bias * grad).abs().float()).sum(dim=1, keepdim=True)
-        parts.append(_resize(summed, size))
+        parts.append(resize(summed, size))
     return parts
 
 
@@ -105,9 +98,9 @@ def fullgrad(net: "NetworkGradients") -> "torch.Tensor":
 
     size = tuple(parts[0].shape[-2:])
     stacked = torch.cat(parts, dim=1)
-    small = _resize(scale_channels(stacked), (size[0] // EIGEN_DOWNSCALE, size[1] // EIGEN_DOWNSCALE))
+    small = resize(scale_channels(stacked), (size[0] // EIGEN_DOWNSCALE, size[1] // EIGEN_DOWNSCALE))
     projected = orient(first_component(small), small)[:, None]
-    return _resize(scale_channels(projected), size)[:, 0]  # type: ignore[arg-type]
+    return resize(scale_channels(projected), size)[:, 0]  # type: ignore[arg-type]
 
 
 def orient(projection: "torch.Tensor", parts: "torch.Tensor") -> "torch.Tensor":
