@@ -143,7 +143,7 @@ class LayerRecorder:
     def forward(self, x: "torch.Tensor") -> "torch.Tensor":
         """Run the model; the input requires grad only when its gradient is asked for."""
         self.outputs.clear()
-        self.input = x.detach().requires_grad_(self.graph and self.input_grad) if self.graph else x
+        self.input = x.detach().requires_grad_(self.input_grad) if self.graph else x
         logits = self.model(self.input)
         logits = first_tensor(logits.logits if hasattr(logits, "logits") else logits)
         if logits is None or logits.dim() != 2:

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import errno
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from . import __version__
-from .errors import GradcamError, InputError, OutputError
+from .errors import GradcamError, InputError, OutputError, UsageError
 from .images import DEFAULT_MAX_PIXELS, Colormap, load_image
 from .models import free_device_memory, is_out_of_memory
 from .outputs import ImageRecord, OutputNamer, ensure_writable
@@ -97,12 +97,15 @@ class _Item:
 
     source: Source
     base: PurePath  # the output name, claimed in input order
-    skipped: bool = False
+    existing: list[Path] | None = None  # --skip-existing: an earlier run's complete outputs
     image: np.ndarray | None = None
     geometry: Geometry | None = None
     array: np.ndarray | None = None
     error: str | None = None
-    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> bool:
+        return self.existing is not None
 
 
 class Explainer:
@@ -219,9 +222,10 @@ class Explainer:
         if source.error:
             item.error = source.error
             return item
-        if self.settings.skip_existing and self._outputs_exist(base):
-            item.skipped = True
-            return item
+        if self.settings.skip_existing:
+            item.existing = self._existing_outputs(base)
+            if item.skipped:
+                return item
         try:
             item.image = load_image(source.path, self.settings.max_pixels)
         except InputError as error:
@@ -233,17 +237,18 @@ class Explainer:
         item.array = to_input_array(item.image, item.geometry, config)
         return item
 
-    def _outputs_exist(self, base: PurePath) -> bool:
-        """--skip-existing: every file this run would write for the image is there already."""
-        settings = self.settings
-        if self.targets.classes:
-            expected = [self.namer.paths(base, c, settings.save_raw, settings.save_guided) for c in self.targets.classes]
-        elif self.targets.topk > 1:
+    def _existing_outputs(self, base: PurePath) -> list[Path] | None:
+        """--skip-existing: the overlays of an earlier run when every file this run would write is there, else None."""
+        if self.targets.topk > 1 and not self.targets.classes:  # which classes only the forward would tell
             overlays = self.namer.existing_class_overlays(base)
-            return len(overlays) >= self.targets.topk
-        else:
-            expected = [self.namer.paths(base, None, settings.save_raw, settings.save_guided)]
-        return all(path.is_file() for paths in expected for path in paths if path is not None)
+            return overlays if len(overlays) >= self.targets.topk else None
+        settings = self.settings
+        expected = [
+            self.namer.paths(base, c, settings.save_raw, settings.save_guided) for c in self.targets.classes or [None]
+        ]
+        if all(path.is_file() for paths in expected for path in paths if path is not None):
+            return [paths[0] for paths in expected]
+        return None
 
     # ------------------------------------------------------------- one batch
 
@@ -253,8 +258,8 @@ class Explainer:
         results = iter(self._compute_items(ready) if ready else [])
         futures = []
         for item in batch:
-            if item.skipped:
-                futures.append(done(self.writer.skipped_record(item.source.path, self._existing_outputs(item.base))))
+            if item.existing is not None:
+                futures.append(done(self.writer.skipped_record(item.source.path, [str(p) for p in item.existing])))
                 continue
             if item.error is None:
                 result = next(results)
@@ -265,11 +270,6 @@ class Explainer:
                     continue
             futures.append(done(self.writer.error_record(item.source.path, item.error)))
         return futures
-
-    def _existing_outputs(self, base: PurePath) -> list[str]:
-        if self.targets.classes or self.targets.topk > 1:
-            return [str(p) for p in self.namer.existing_class_overlays(base)]
-        return [str(self.namer.paths(base, None, False)[0])]
 
     def _finish_safely(self, item: _Item, cams: "CamBatch", row: int) -> ImageRecord:
         """In a worker thread: this image's files and record; a failure becomes its error record.
@@ -362,18 +362,10 @@ class Explainer:
 
 def _check_method_options(settings: ExplainSettings, method: "CamMethod", warn: Callable[[str], None]) -> None:
     """Options that only some methods use: refuse the impossible, say what is ignored."""
-    from .errors import UsageError
-
     if settings.save_guided and not method.guided:
         raise UsageError("--save-guided writes the guided backpropagation image; it needs --method guided-gradcam")
     if method.network_layers is not None and settings.layers:
         warn(f"{method.name} uses the input and every conv/batch-norm bias of the network; --layer is ignored")
 
 
-def explain(settings: ExplainSettings, sources: Iterable[Source], emit: Callable[[ImageRecord], None],
-            warn: Callable[[str], None]) -> Summary:
-    """Build the explainer once and run every source through it."""
-    return Explainer(settings, warn).run(sources, emit)
-
-
-__all__ = ["ExplainSettings", "Explainer", "Summary", "explain", "GradcamError"]
+__all__ = ["ExplainSettings", "Explainer", "Summary", "GradcamError"]
