@@ -258,8 +258,6 @@ def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines:
 
     as_json = (not streams.stdout_tty) if json_lines is None else json_lines
     progress = _progress(streams, quiet)
-    warn = progress.warn if progress else streams.warn
-    explainer = Explainer(settings, warn=warn, progress=progress.detail if progress else None)
 
     def emit(record: Any) -> None:
         # one write per line: a Ctrl-C between print's two writes would glue two JSON records together
@@ -268,12 +266,14 @@ def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines:
         if progress:
             progress.advance(record.ok)
 
-    for text in inputs:  # named files are known before any output is written
-        if text != "-" and Path(text).is_file():
-            explainer.namer.protect(Path(text))
-    sources = iter_sources(inputs, streams.stdin, settings.recursive, skip=settings.output_dir)
-    try:
+    try:  # the progress line and the signal handling cover the model's loading too
         with _interruptible():
+            explainer = Explainer(settings, warn=progress.warn if progress else streams.warn,
+                                  progress=progress.detail if progress else None)
+            for text in inputs:  # named files are known before any output is written
+                if text != "-" and Path(text).is_file():
+                    explainer.namer.protect(Path(text))
+            sources = iter_sources(inputs, streams.stdin, settings.recursive, skip=settings.output_dir)
             summary = explainer.run(sources, emit)
     finally:
         if progress:
@@ -283,7 +283,7 @@ def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines:
 
 @contextmanager
 def _interruptible() -> Iterator[None]:
-    """Ctrl-C and SIGTERM stop the run between images with one message: exit 130 or 143.
+    """Ctrl-C and SIGTERM stop the run (or the model's loading) with one message: exit 130 or 143.
 
     The engine finishes the files being written on its way out. KeyboardInterrupt
     is turned into our own error here because Typer would swallow it silently.
