@@ -13,7 +13,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from .extractor import LayerRecorder
-from .layout import Layout, LayoutHints, channels_dim_hint, detect_layout
+from .layout import Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
 from .methods import MethodKind
 from .methods.projection import first_component
 from .preprocess import resize
@@ -189,11 +189,13 @@ class _Job:
         return (int(self.x.shape[-2]), int(self.x.shape[-1]))
 
     def layouts(self, activations: Sequence["torch.Tensor"]) -> list[Layout]:
+        """Each layer's layout; the patch grid is asked for at this input's size (aug-smooth rescales it)."""
+        from dataclasses import replace
+
+        hints = replace(self.hints, patch_grid=patch_grid(self.model, self.size))
         return [
-            detect_layout(
-                tuple(a.shape), self.size,
-                LayoutHints(self.hints.num_prefix_tokens, self.hints.grid, channels_dim_hint(layer.module)), layer.name,
-            )
+            detect_layout(tuple(a.shape), self.size, replace(hints, channels_dim=channels_dim_hint(layer.module)),
+                          layer.name)
             for a, layer in zip(activations, self.layers)
         ]
 

@@ -219,18 +219,23 @@ def layer_rows(
     default_names: list[str],
     num_prefix_tokens: int | None = None,
 ) -> list[LayerRow]:
-    """Every module with the output shape and layout seen in one probe forward."""
+    """Every module with the output shape and layout seen in one probe forward.
+
+    Layouts are read as a run reads them (same hints, patch grid included),
+    so the table shows the grid `explain` will use.
+    """
     from .errors import LayoutError
-    from .layout import LayoutHints, channels_dim_hint, detect_layout
+    from .layout import LayoutHints, channels_dim_hint, detect_layout, patch_grid
 
     shapes = probe_shapes(model, input_hw)
+    patches = patch_grid(model, input_hw)
     rows = []
     for name, module in model.named_modules():
         shape = shapes.get(name)
         layout = None
         if shape is not None and len(shape) in (3, 4) and name:
             try:
-                hints = LayoutHints(num_prefix_tokens, None, channels_dim_hint(module))
+                hints = LayoutHints(num_prefix_tokens, None, channels_dim_hint(module), patches)
                 layout = detect_layout(shape, input_hw, hints).describe()
             except LayoutError:
                 layout = "?"

@@ -3,8 +3,12 @@
 Handles channels-first maps, channels-last maps (Swin, ConvNeXt block
 internals, `output_fmt='NHWC'`) and token sequences with prefix tokens (class,
 distillation, register tokens). The grid comes from the real input size, so
-non-square and resized inputs work. When the shape alone cannot decide, the
-error says so and `--grid HxW` settles it.
+non-square and resized inputs work. For token sequences the model's patch
+embedding, asked for this input size, gives the real patch grid, and each
+layer's prefix count is its token count minus the grid cells: a model-wide
+count is wrong before the prefix tokens are added (`patch_embed`, CaiT and
+XCiT blocks). When the shape alone cannot decide, the error says so and
+`--grid HxW` settles it.
 """
 from __future__ import annotations
 
@@ -27,9 +31,10 @@ CLEAR_ASPECT_MARGIN = 0.1  # log-ratio by which one reading must follow the inpu
 class LayoutHints:
     """What the model and the user tell us beyond the tensor's shape."""
 
-    num_prefix_tokens: int | None = None
-    grid: tuple[int, int] | None = None
+    num_prefix_tokens: int | None = None  # model-wide: only true once the prefix tokens are added
+    grid: tuple[int, int] | None = None  # the user's --grid
     channels_dim: int | None = None  # 1 or -1 when the module type implies it
+    patch_grid: tuple[int, int] | None = None  # the patch embedding's grid for this input size (see patch_grid)
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,63 @@ def channels_dim_hint(module: "nn.Module") -> int | None:
     if fmt is not None and str(getattr(fmt, "value", fmt)).upper() == "NHWC":
         return -1
     return None
+
+
+def patch_grid(model: "nn.Module", input_hw: tuple[int, int]) -> tuple[int, int] | None:
+    """The patch-token grid a ViT-like model makes of an input of this size, or None when it does not say.
+
+    Asked of the model, not guessed from token counts: 196 tokens read as
+    1 prefix + 13x15 as readily as 0 + 14x14, and only the embedding knows.
+    """
+    embed = getattr(model, "patch_embed", None)  # timm
+    patch = getattr(embed, "patch_size", None)
+    if embed is None:
+        embed, patch = getattr(model, "conv_proj", None), getattr(model, "patch_size", None)  # torchvision ViT
+    if not _is_module(embed):
+        return None
+    size = (int(input_hw[0]), int(input_hw[1]))
+    feat_size = getattr(embed, "dynamic_feat_size", None)  # timm PatchEmbed, HybridEmbed: padding, backbone strides
+    if callable(feat_size):
+        try:
+            return _grid_or_none(feat_size(size))
+        except Exception:  # noqa: BLE001 - an unusual embedding: fall back to the shape
+            return None
+    return _conv_chain_grid(embed, patch, size)
+
+
+def _is_module(value: object) -> bool:
+    from torch import nn
+
+    return isinstance(value, nn.Module) and not isinstance(value, (nn.ModuleList, nn.ModuleDict))
+
+
+def _grid_or_none(grid: object) -> tuple[int, int] | None:
+    try:
+        gh, gw = (int(g) for g in grid)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        return None
+    return (gh, gw) if gh >= 1 and gw >= 1 else None
+
+
+def _conv_chain_grid(embed: "nn.Module", patch: object, size: tuple[int, int]) -> tuple[int, int] | None:
+    """The grid of an embedding that is a chain of convolutions (torchvision ViT, XCiT's conv stem).
+
+    Trusted only when the convolutions' strides multiply to the stated patch
+    size: anything else in the embedding (a pooling) would change the grid.
+    """
+    from torch import nn
+
+    convs = [m for m in embed.modules() if isinstance(m, nn.Conv2d)]
+    if not convs or patch is None or any(isinstance(c.padding, str) for c in convs):
+        return None
+    patch_hw = (patch, patch) if isinstance(patch, int) else tuple(patch)  # type: ignore[arg-type]
+    grid, stride = list(size), [1, 1]
+    for conv in convs:
+        for i in (0, 1):
+            span = conv.dilation[i] * (conv.kernel_size[i] - 1) + 1
+            grid[i] = (grid[i] + 2 * conv.padding[i] - span) // conv.stride[i] + 1
+            stride[i] *= conv.stride[i]
+    return _grid_or_none(grid) if tuple(stride) == tuple(patch_hw) else None
 
 
 def plausible_grid(h: int, w: int, input_hw: tuple[int, int]) -> bool:
@@ -168,21 +230,52 @@ def _token_grid(count: int, input_hw: tuple[int, int]) -> tuple[int, int] | None
 def _detect_tokens(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutHints, where: str) -> Layout:
     tokens = shape[1]
     if hints.grid is not None:
-        prefix = tokens - hints.grid[0] * hints.grid[1]
-        if prefix < 0:
-            raise LayoutError(f"{where} has {tokens} tokens, fewer than the {hints.grid[0]}x{hints.grid[1]} of --grid")
-        return Layout("NLC", hints.grid, prefix)
+        return _user_token_grid(tokens, input_hw, hints, where)
+    layout = _infer_tokens(tokens, input_hw, hints)
+    if layout is None:
+        raise LayoutError(
+            f"{where} looks like {tokens} tokens but no grid of the {input_hw[0]}x{input_hw[1]} input fits; "
+            "pass --grid HxW (rows x columns of patch tokens)"
+        )
+    return layout
+
+
+def _infer_tokens(tokens: int, input_hw: tuple[int, int], hints: LayoutHints) -> Layout | None:
+    """The patch grid when this layer's tokens are its cells plus a few prefix tokens, else the older clues.
+
+    The prefix count is decided per layer: the model-wide one is wrong before
+    the prefix tokens are added (`patch_embed`; CaiT and XCiT add the class
+    token after their blocks). Hierarchical or pooled stages fall through.
+    """
+    if hints.patch_grid is not None:
+        gh, gw = hints.patch_grid
+        if 0 <= tokens - gh * gw <= MAX_PREFIX_TOKENS:
+            return Layout("NLC", (gh, gw), tokens - gh * gw)
     if hints.num_prefix_tokens is not None:
         grid = _token_grid(tokens - hints.num_prefix_tokens, input_hw)
         if grid is not None:
             return Layout("NLC", grid, hints.num_prefix_tokens)
-    guess = _guess_prefix(tokens, input_hw)
-    if guess is not None:
-        return guess
-    raise LayoutError(
-        f"{where} looks like {tokens} tokens but no grid of the {input_hw[0]}x{input_hw[1]} input fits; "
-        "pass --grid HxW (rows x columns of patch tokens)"
-    )
+    return _guess_prefix(tokens, input_hw)
+
+
+def _user_token_grid(tokens: int, input_hw: tuple[int, int], hints: LayoutHints, where: str) -> Layout:
+    """`--grid` for tokens: it must leave 0..MAX_PREFIX_TOKENS prefix tokens, or it reads noise as a map."""
+    assert hints.grid is not None
+    h, w = hints.grid
+    prefix = tokens - h * w
+    if 0 <= prefix <= MAX_PREFIX_TOKENS:
+        return Layout("NLC", (h, w), prefix)
+    if prefix < 0:
+        problem = f"--grid {h}x{w} needs {h * w}"
+    else:
+        problem = f"--grid {h}x{w} leaves {prefix} of them as prefix tokens (at most {MAX_PREFIX_TOKENS})"
+    fit = _infer_tokens(tokens, input_hw, hints)
+    if fit is None:
+        advice = f"no grid of the {input_hw[0]}x{input_hw[1]} input fits them"
+    else:
+        plural = "" if fit.prefix_tokens == 1 else "s"
+        advice = f"a {fit.grid[0]}x{fit.grid[1]} grid fits ({fit.prefix_tokens} prefix token{plural})"
+    raise LayoutError(f"{where} has {tokens} tokens; {problem}; {advice}")
 
 
 def _guess_prefix(tokens: int, input_hw: tuple[int, int]) -> Layout | None:

@@ -227,3 +227,74 @@ def test_layers_shows_token_layout_for_vit(run_cli):
         assert re.search(r"\d+x\d+ grid", table[name]["layout"])
     last = blocks[-1]
     assert table[f"{last}.norm1"]["mark"] == "*"
+
+
+def test_layers_reads_patch_embed_tokens_without_the_class_token(run_cli):
+    """test_vit3 at 160x160: 100 patch tokens, 101 once the class token is in (99 would read as 9x11)."""
+    import json
+
+    result = run_cli("layers", "test_vit3", "--json")
+    assert result.code == 0, result.stderr
+    table = {row["name"]: row for row in map(json.loads, result.stdout.splitlines())}
+    assert table["patch_embed"]["layout"] == "NLC tokens, 0 prefix + 10x10 grid"
+    assert table["patch_embed.proj"]["layout"] == "NCHW 10x10"
+    assert table["blocks.0.norm1"]["layout"] == "NLC tokens, 1 prefix + 10x10 grid"
+
+
+# ---------------------------------------------------------------- token layouts per family (issue 8)
+
+SMALL = dict(depth=2, embed_dim=32, num_heads=2, num_classes=10)
+
+
+def small_timm(name, size, **kwargs):
+    return lambda: timm_model_with(name, img_size=size, **SMALL, **kwargs)
+
+
+def timm_model_with(name, **kwargs):
+    import timm
+    import torch
+
+    torch.manual_seed(0)
+    return timm.create_model(name, pretrained=False, **kwargs).eval()
+
+
+def small_tv_vit():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    return VisionTransformer(image_size=160, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64).eval()
+
+
+# family: builder, input size, source, arch, the conv map that holds the real patch grid,
+# prefix tokens at the default layer (0 where the class token comes after the blocks)
+TOKEN_FAMILIES = {
+    "vit": (small_timm("vit_tiny_patch16_224", 160), (160, 160), "timm", "vit", "patch_embed.proj", 1),
+    "deit-distilled": (small_timm("deit_tiny_distilled_patch16_224", (128, 160)), (128, 160), "timm", "deit",
+                       "patch_embed.proj", 2),
+    "vit-reg4": (small_timm("vit_tiny_patch16_224", 96, reg_tokens=4), (96, 96), "timm", "vit", "patch_embed.proj", 5),
+    "vit-reg4-dynamic-non-square": (small_timm("vit_tiny_patch16_224", 96, reg_tokens=4, dynamic_img_size=True),
+                                    (96, 160), "timm", "vit", "patch_embed.proj", 5),
+    "cait": (small_timm("cait_xxs24_224", 160, depth_token_only=1), (160, 160), "timm", "cait", "patch_embed.proj", 0),
+    "xcit": (small_timm("xcit_nano_12_p16_224", 160), (160, 160), "timm", "xcit", "patch_embed.proj", 0),
+    "xcit-odd-size": (small_timm("xcit_nano_12_p16_224", 160), (90, 70), "timm", "xcit", "patch_embed.proj", 0),
+    "torchvision-vit": (small_tv_vit, (160, 160), "torchvision", "vit_b_16", "conv_proj", 1),
+}
+
+
+@pytest.mark.parametrize("family", list(TOKEN_FAMILIES))
+def test_every_token_layer_gets_the_real_patch_grid(family):
+    """Each layer's prefix count is its tokens minus the patch grid's cells, not the model-wide count."""
+    from gradcam_cli.layers import layer_rows, resolve_layers
+    from gradcam_cli.models import num_prefix_tokens
+
+    build, size, source, arch, conv_map, default_prefix = TOKEN_FAMILIES[family]
+    model = build()
+    defaults = [layer.name for layer in resolve_layers(model, default_layer_paths(model, arch, source))]
+    rows = layer_rows(model, size, defaults, num_prefix_tokens(model, source, arch))
+    by_name = {row.name: row for row in rows}
+    gh, gw = by_name[conv_map].shape[-2:]  # the grid as the embedding's convolution made it
+    on_grid = [row for row in rows if row.shape and len(row.shape) == 3 and 0 <= row.shape[1] - gh * gw <= 16]
+    assert len(on_grid) >= 4
+    for row in on_grid:
+        assert row.layout == f"NLC tokens, {row.shape[1] - gh * gw} prefix + {gh}x{gw} grid", row
+    (default,) = [row for row in rows if row.is_default]
+    assert default.layout == f"NLC tokens, {default_prefix} prefix + {gh}x{gw} grid"

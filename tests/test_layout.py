@@ -15,7 +15,7 @@ import torch
 import gradcam_cli
 from conftest import seeded
 from gradcam_cli.errors import LayoutError
-from gradcam_cli.layout import Layout, LayoutHints, channels_dim_hint, detect_layout
+from gradcam_cli.layout import MAX_PREFIX_TOKENS, Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
 
 timm = pytest.importorskip("timm")
 
@@ -175,9 +175,45 @@ def test_tokens_that_fit_no_grid_ask_for_grid_and_grid_resolves_them() -> None:
     with pytest.raises(LayoutError, match="--grid"):
         detect_layout(shape, size, LayoutHints(), "blocks.3")
     assert detect_layout(shape, size, LayoutHints(grid=(50, 100))) == Layout("NLC", (50, 100), 0)
-    assert detect_layout(shape, size, LayoutHints(grid=(70, 70))) == Layout("NLC", (70, 70), 100)
-    with pytest.raises(LayoutError, match="--grid"):
+    assert detect_layout(shape, size, LayoutHints(grid=(49, 102))) == Layout("NLC", (49, 102), 2)
+    with pytest.raises(LayoutError, match="5000 tokens; --grid 80x80 needs 6400; no grid of the 32x32 input fits"):
         detect_layout(shape, size, LayoutHints(grid=(80, 80)))
+
+
+# -- --grid must fit the token count (issue 9) -----------------------------------
+
+
+def test_grid_that_leaves_too_many_prefix_tokens_is_refused_with_the_grid_that_fits() -> None:
+    """3x3 on 101 tokens would read 92 patch tokens as prefix tokens: a meaningless map, not a map."""
+    shape = (1, 101, 192)
+    with pytest.raises(LayoutError) as caught:
+        detect_layout(shape, (160, 160), LayoutHints(grid=(3, 3), num_prefix_tokens=1), "blocks.11.norm1")
+    assert str(caught.value) == (
+        "layer 'blocks.11.norm1' output (1, 101, 192) has 101 tokens; --grid 3x3 leaves 92 of them as prefix "
+        "tokens (at most 16); a 10x10 grid fits (1 prefix token)"
+    )
+    # the limit itself is allowed, one more is not
+    assert detect_layout((1, 116, 8), (160, 160), LayoutHints(grid=(10, 10))) == Layout("NLC", (10, 10), 16)
+    with pytest.raises(LayoutError, match="leaves 17 of them"):
+        detect_layout((1, 117, 8), (160, 160), LayoutHints(grid=(10, 10)))
+
+
+def test_grid_with_more_cells_than_tokens_names_the_token_count() -> None:
+    with pytest.raises(LayoutError, match=r"has 101 tokens; --grid 11x11 needs 121; a 10x10 grid fits"):
+        detect_layout((1, 101, 8), (160, 160), LayoutHints(grid=(11, 11)), "blocks.0")
+
+
+def test_cli_refuses_a_grid_that_does_not_fit(run_cli, tmp_path) -> None:
+    from conftest import write_image
+
+    src = write_image(tmp_path / "cat.png", 96, 64, seed=5)
+    result = run_cli("explain", src, "--model", "test_vit", "--no-pretrained", "--grid", "3x3", "-o", tmp_path / "out")
+    assert result.code == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, result.stderr
+    assert errors[0].startswith("gradcam: error: layer 'blocks.")
+    assert "101 tokens; --grid 3x3 leaves 92 of them as prefix tokens (at most 16); a 10x10 grid fits" in errors[0]
+    assert "Traceback" not in result.stderr
 
 
 def test_grid_hint_overrides_the_guess_for_tokens() -> None:
@@ -186,6 +222,100 @@ def test_grid_hint_overrides_the_guess_for_tokens() -> None:
     layout = detect_layout(tuple(tokens.shape), (96, 160), LayoutHints(grid=(3, 12)))
     assert layout == Layout("NLC", (3, 12), 2)
     torch.testing.assert_close(layout.to_nchw(tokens), grid)
+
+
+# -- the patch grid decides each layer's prefix count (issue 8) -------------------
+
+SMALL = dict(img_size=96, depth=2, embed_dim=32, num_heads=2, num_classes=10)
+
+
+def tv_vit(size: int = 96) -> torch.nn.Module:
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    return VisionTransformer(image_size=size, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64).eval()
+
+
+def small(name: str, size: "int | tuple[int, int]" = 96, **kwargs: object) -> Callable[[], torch.nn.Module]:
+    return lambda: timm_model(name, **{**SMALL, "img_size": size, **kwargs})
+
+
+# family: (builder, input size). Where it can, a size at which the model-wide prefix count misreads
+# the patch tokens: 10x10 - 1 = 99 = 9x11, and (DeiT) 8x10 - 2 = 78 = 6x13.
+FAMILIES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, int]]] = {
+    "vit": (small("vit_tiny_patch16_224", 160), (160, 160)),
+    "deit-distilled-non-square": (small("deit_tiny_distilled_patch16_224", (128, 160)), (128, 160)),
+    "vit-reg4": (small("vit_tiny_patch16_224", reg_tokens=4), (96, 96)),
+    "vit-reg4-non-square": (small("vit_tiny_patch16_224", reg_tokens=4, dynamic_img_size=True), (96, 64)),
+    # init_values=1: the default LayerScale (1e-5) leaves gradients near 1e-16, a blank map for the reference
+    "cait": (small("cait_xxs24_224", 160, depth_token_only=1, init_values=1.0), (160, 160)),
+    "xcit": (small("xcit_nano_12_p16_224", 160), (160, 160)),
+    "xcit-non-square": (small("xcit_nano_12_p16_224"), (96, 64)),
+}
+
+
+def test_patch_grid_comes_from_the_model_at_the_input_size() -> None:
+    vit = timm_model("vit_tiny_patch16_224", **SMALL)
+    assert patch_grid(vit, (96, 96)) == (6, 6)
+    dynamic = timm_model("vit_tiny_patch16_224", dynamic_img_size=True, **SMALL)
+    assert patch_grid(dynamic, (96, 160)) == (6, 10)
+    padded = timm_model("vit_tiny_patch16_224", dynamic_img_size=True, dynamic_img_pad=True, **SMALL)
+    assert patch_grid(padded, (100, 90)) == (7, 6)  # padded up to whole patches
+    xcit = timm_model("xcit_nano_12_p16_224", **SMALL)  # a stem of four stride-2 convolutions
+    assert patch_grid(xcit, (96, 64)) == (6, 4)
+    assert patch_grid(xcit, (90, 70)) == (6, 5)  # each padded 3x3 conv rounds up
+    assert patch_grid(tv_vit(), (96, 96)) == (6, 6)  # torchvision: conv_proj and patch_size
+    assert patch_grid(timm_model("test_resnet"), (96, 96)) is None  # no patch embedding: the shape decides
+
+
+def test_patch_grid_beats_the_model_wide_prefix_count() -> None:
+    """196 tokens with the model's "1 prefix" read as 1 + 13x15; the patch grid says 0 + 14x14."""
+    hints = LayoutHints(num_prefix_tokens=1, patch_grid=(14, 14))
+    assert detect_layout((1, 196, 8), (224, 224), LayoutHints(num_prefix_tokens=1)) == Layout("NLC", (13, 15), 1)
+    assert detect_layout((1, 196, 8), (224, 224), hints) == Layout("NLC", (14, 14), 0)
+    assert detect_layout((1, 197, 8), (224, 224), hints) == Layout("NLC", (14, 14), 1)
+    assert detect_layout((1, 196 + MAX_PREFIX_TOKENS, 8), (224, 224), hints).prefix_tokens == MAX_PREFIX_TOKENS
+
+
+def test_token_counts_off_the_patch_grid_keep_the_older_reading() -> None:
+    """A pooled stage (7x7 of a 14x14 patch grid) or a class token alone: the patch grid does not apply."""
+    hints = LayoutHints(num_prefix_tokens=1, patch_grid=(14, 14))
+    assert detect_layout((1, 50, 8), (224, 224), hints) == Layout("NLC", (7, 7), 1)
+    assert detect_layout((1, 49, 8), (224, 224), LayoutHints(patch_grid=(14, 14))) == Layout("NLC", (7, 7), 0)
+    too_many = 196 + MAX_PREFIX_TOKENS + 1
+    assert detect_layout((1, too_many, 8), (224, 224), hints) == detect_layout((1, too_many, 8), (224, 224),
+                                                                              LayoutHints(num_prefix_tokens=1))
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max())
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_patch_embed_and_its_projection_give_the_same_map(family: str) -> None:
+    """The same tensor, token-shaped or as a conv map: the same map (was up to 0.98 apart on ViT)."""
+    build, size = FAMILIES[family]
+    model = build()
+    x = seeded(13, 2, 3, *size)
+    tokens = gradcam_cli.cam(model, x, "patch_embed")
+    conv = gradcam_cli.cam(model, x, "patch_embed.proj")
+    assert (conv.flatten(1).amax(dim=1) > 0.99).all()
+    assert max_diff(tokens, conv) < 1e-5
+
+
+@pytest.mark.parametrize("family", ["cait", "xcit", "xcit-non-square"])
+def test_default_layer_of_models_that_add_the_class_token_late(family: str) -> None:
+    """CaiT and XCiT blocks hold patch tokens only: the default layer's map equals the one at --grid."""
+    from gradcam_cli.layers import default_layer_paths
+
+    build, size = FAMILIES[family]
+    model = build()
+    (path,) = default_layer_paths(model, family, "timm")
+    x = seeded(14, 2, 3, *size)
+    grid = (size[0] // 16, size[1] // 16)
+    inferred = gradcam_cli.cam(model, x, path)
+    assert (inferred.flatten(1).amax(dim=1) > 0.99).all()
+    assert max_diff(inferred, gradcam_cli.cam(model, x, path, grid=grid)) < 1e-6
 
 
 # -- end to end: cam() equals the reference given the hand-written reshape ---------
@@ -207,6 +337,9 @@ CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, int], int, tupl
     "test_vit2-non-square": (lambda: timm_model("test_vit2"), (96, 160), 1, (6, 10)),
     "reg4-vit": (multi_prefix_vit, (64, 64), 5, (4, 4)),
     "reg4-vit-non-square": (lambda: multi_prefix_vit(dynamic_img_size=True), (96, 160), 5, (6, 10)),
+    # the class token comes after the blocks: no prefix token at the last block (issue 8)
+    "cait": (FAMILIES["cait"][0], (160, 160), 0, (10, 10)),
+    "xcit-non-square": (FAMILIES["xcit-non-square"][0], (96, 64), 0, (6, 4)),
 }
 
 

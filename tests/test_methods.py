@@ -113,18 +113,89 @@ def test_method_matches_reference(method: str, case: str, eigen_smooth: bool, mo
     # the reference keeps whatever numpy's LAPACK returns (no convention we can
     # reproduce), while ours fixes the sign (see the module). The ReLU after the
     # projection makes the two signs give entirely different maps, so each image
-    # must match, at the same atol, either our map or the one from the negated
+    # must match, within its tolerance, either our map or the one from the negated
     # component, computed through the same pipeline.
     from gradcam_cli import cams
     from gradcam_cli.methods.projection import first_component
 
-    monkeypatch.setattr(cams, "first_component", lambda weighted: -first_component(weighted))
+    weighted, weighted_ref = projection_inputs(model, x, path, method, classes, eigen_smooth, module, reshape,
+                                               monkeypatch)
+    tolerances = eigen_tolerances(weighted, weighted_ref)
+    monkeypatch.setattr(cams, "first_component", lambda w: -first_component(w))
     negated = gradcam_cli.cam(model, x, path, method=method, classes=classes, eigen_smooth=eigen_smooth)
-    for i in range(shape[0]):
-        same = np.allclose(ours[i].numpy(), ref[i], atol=ATOL, rtol=0)
-        flipped = np.allclose(negated[i].numpy(), ref[i], atol=ATOL, rtol=0)
+    for i, tol in enumerate(tolerances):
+        same = np.allclose(ours[i].numpy(), ref[i], atol=tol, rtol=0)
+        flipped = np.allclose(negated[i].numpy(), ref[i], atol=tol, rtol=0)
         assert same or flipped, f"image {i}: max diff {np.abs(ours[i].numpy() - ref[i]).max():.3g} " \
-                                f"(negated: {np.abs(negated[i].numpy() - ref[i]).max():.3g})"
+                                f"(negated: {np.abs(negated[i].numpy() - ref[i]).max():.3g}), tolerance {tol:.3g}"
+
+
+# Why the eigen cases get a tolerance of their own. The map is the projection on
+# the first right singular vector v1 of the centred (H*W) x C matrix of weighted
+# activations. Two float32 computations (ours in torch, the reference in numpy)
+# differ by a perturbation E: their own rounding of the weighting (float32 sums
+# in another order) plus each SVD's backward error. By Wedin's theorem v1 turns
+# by at most ||E|| / (s1 - s2), so the map's error scales with
+# kappa = s1 / (s1 - s2): on a nearly degenerate spectrum (vit-last-norm1,
+# xgradcam, image 1: s2 within 0.6% of s1, kappa ~ 177) float32 rounding alone
+# moves the map by 1e-4 to 2e-4, whatever the LAPACK build, while a
+# well-separated one (kappa < 5 on the ResNet) keeps it near 1e-7. So each
+# image's tolerance is ATOL plus MAP_GAIN * (||E|| / s1) * kappa, with ||E||
+# measured (the two sides' SVD inputs, in float64) plus the SVDs' rounding.
+# It stays meaningful: the inputs must agree to MAX_INPUT_DIFF (the weighting is
+# right), kappa here is at most ~180, so no tolerance exceeds ~0.04, while a
+# wrong sign, layout or weighting moves the map by 0.3 to 1.
+FLOAT32_EPS = float(np.finfo(np.float32).eps)
+SVD_ROUNDING = 8 * FLOAT32_EPS  # backward error of two float32 SVDs, relative to s1
+MAP_GAIN = 2.0  # how far the min-max map moves per radian v1 turns (measured 0.6 to 1.5 on these cases)
+MAX_INPUT_DIFF = 1e-4  # measured at most 1e-5 (xgradcam divides by near-cancelling channel sums)
+
+
+def projection_inputs(model, x, path, method, classes, eigen_smooth, module, reshape, monkeypatch):
+    """The weighted activations (N, C, h, w) each side hands its SVD, recorded by a second run of each."""
+    import sys
+
+    from pytorch_grad_cam.utils import svd_on_activations
+
+    from gradcam_cli import cams
+
+    ours: list[torch.Tensor] = []
+    theirs: list[np.ndarray] = []
+    real_ours, real_theirs = cams.first_component, svd_on_activations.get_2d_projection
+
+    def record_ours(weighted: torch.Tensor) -> torch.Tensor:
+        ours.append(weighted.detach().double())
+        return real_ours(weighted)
+
+    def record_theirs(batch: np.ndarray) -> np.ndarray:
+        theirs.append(np.array(batch, dtype=np.float64))
+        return real_theirs(batch)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cams, "first_component", record_ours)
+        for name, loaded in list(sys.modules.items()):  # each pytorch_grad_cam module imported it by name
+            if name.startswith("pytorch_grad_cam") and getattr(loaded, "get_2d_projection", None) is real_theirs:
+                patch.setattr(loaded, "get_2d_projection", record_theirs)
+        gradcam_cli.cam(model, x, path, method=method, classes=classes, eigen_smooth=eigen_smooth)
+        targets = [ClassifierOutputTarget(c) for c in classes]
+        with REFERENCES[method](model=model, target_layers=[module(model)], reshape_transform=reshape) as explainer:
+            explainer(input_tensor=x, targets=targets, eigen_smooth=eigen_smooth)
+    assert len(ours) == len(theirs) == 1
+    return ours[0], torch.from_numpy(theirs[0])
+
+
+def eigen_tolerances(weighted: torch.Tensor, weighted_ref: torch.Tensor) -> list[float]:
+    """Per image: ATOL widened by how much float32 rounding can turn the first singular vector (see above)."""
+    def centred(w: torch.Tensor) -> torch.Tensor:
+        rows = w.reshape(w.shape[0], w.shape[1], -1).transpose(1, 2)
+        return rows - rows.mean(dim=1, keepdim=True)
+
+    a, a_ref = centred(weighted), centred(weighted_ref)
+    s = torch.linalg.svdvals(a)
+    input_diff = torch.linalg.matrix_norm(a - a_ref, ord=2) / s[:, 0]
+    assert (input_diff <= MAX_INPUT_DIFF).all(), f"the two sides weigh the activations differently: {input_diff}"
+    kappa = s[:, 0] / (s[:, 0] - s[:, 1])
+    return [ATOL + MAP_GAIN * (float(d) + SVD_ROUNDING) * float(k) for d, k in zip(input_diff, kappa)]
 
 
 def test_methods_differ_from_each_other() -> None:
