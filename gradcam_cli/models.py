@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import ModelError, UsageError
+from .errors import GradcamError, ModelError, UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -23,7 +24,8 @@ TORCHVISION_PREFIX = "torchvision:"
 DEFAULT_INPUT_HW = (224, 224)
 OFFLINE_HINT = (
     "use --weights FILE for a local checkpoint, run once on a connected machine to fill the cache "
-    "(~/.cache/huggingface, ~/.cache/torch), or --no-pretrained for random weights"
+    "(~/.cache/huggingface, ~/.cache/torch) and then set HF_HUB_OFFLINE=1 to use it without the network, "
+    "or --no-pretrained for random weights"
 )
 
 
@@ -170,6 +172,8 @@ def read_state_dict(path: Path) -> dict[str, "torch.Tensor"]:
 
     if not path.is_file():
         raise ModelError(f"--weights {path}: no such file")
+    if path.suffix != ".safetensors":
+        _check_archive_sizes(path)
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file
@@ -184,6 +188,39 @@ def read_state_dict(path: Path) -> dict[str, "torch.Tensor"]:
             "give a .safetensors file or a .pth/.pt state dict (code inside pickles is never run)"
         ) from None
     return _unwrap_state_dict(raw, path)
+
+
+# torch.save stores tensors uncompressed (ZIP_STORED) and float weights barely
+# deflate anyway: a real .pth declares about its own size. 10x plus 1 MiB
+# leaves room for a re-zipped file full of zeros, not for a bomb.
+MAX_INFLATION = 10
+INFLATION_SLACK = 1 << 20
+
+
+def _check_archive_sizes(path: Path) -> None:
+    """torch inflates a .pth zip in full before anything can be checked: read its directory first."""
+    import zipfile
+
+    try:
+        if not zipfile.is_zipfile(path):
+            return  # the legacy format, or not a checkpoint: torch.load says which
+        with zipfile.ZipFile(path) as archive:
+            declared = sum(info.file_size for info in archive.infolist())
+    except (OSError, zipfile.BadZipFile, ValueError, EOFError):
+        return  # a broken zip: torch.load's own message names it
+    size = path.stat().st_size
+    if declared > MAX_INFLATION * size + INFLATION_SLACK:
+        raise ModelError(
+            f"--weights {path}: its zip directory declares {_bytes(declared)} of data in a {_bytes(size)} file "
+            "(a compression bomb?); torch.save stores tensors uncompressed, give the checkpoint as it saved it"
+        )
+
+
+def _bytes(count: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, "torch.Tensor"]:
@@ -223,12 +260,45 @@ def _classifier_name(model: "nn.Module") -> str | None:
     return last
 
 
-def checkpoint_num_classes(model: "nn.Module", state: dict[str, "torch.Tensor"]) -> int | None:
+MAX_CLASSES = 1_000_000  # beyond any real classifier; the head is rebuilt at this size before loading
+
+
+def checkpoint_num_classes(
+    model: "nn.Module", state: dict[str, "torch.Tensor"], path: Path | None = None
+) -> int | None:
+    """The class count the checkpoint's classifier was trained for, from a weight that can be one.
+
+    The count sizes a new head before anything is loaded, so a 1-D tensor, an
+    absurd count or a stride-0 view under the classifier's name is refused
+    here (2^28 "classes" asked for a 103 GB head).
+    """
     name = _classifier_name(model)
     if name is None:
         return None
+    own = getattr(dict(model.named_modules())[name], "weight", None)
     weight = state.get(f"{name}.weight")
-    return int(weight.shape[0]) if weight is not None and weight.dim() >= 1 else None
+    if weight is None or own is None:
+        return None
+    where, key = f"--weights {path}" if path else "the checkpoint", f"{name}.weight"
+    if weight.dim() not in (2, 4) or weight.dim() != own.dim():
+        raise ModelError(
+            f"{where}: classifier weight '{key}' has shape {tuple(weight.shape)}, not (classes, "
+            f"{', '.join(str(d) for d in own.shape[1:])}) like this model's; check --model"
+        )
+    if tuple(weight.shape[1:]) != tuple(own.shape[1:]):
+        return None  # does not fit this model at all: load_checkpoint names the key
+    classes = int(weight.shape[0])
+    if not 1 <= classes <= MAX_CLASSES:
+        raise ModelError(
+            f"{where}: classifier weight '{key}' claims {classes:,} classes, more than a classifier has "
+            f"(at most {MAX_CLASSES:,})"
+        )
+    if weight.numel() * weight.element_size() > weight.untyped_storage().nbytes():
+        raise ModelError(
+            f"{where}: classifier weight '{key}' of shape {tuple(weight.shape)} repeats a smaller storage "
+            f"(strides {weight.stride()}); save real tensors (.contiguous())"
+        )
+    return classes
 
 
 def load_checkpoint(model: "nn.Module", state: dict[str, "torch.Tensor"], path: Path) -> None:
@@ -242,9 +312,27 @@ def load_checkpoint(model: "nn.Module", state: dict[str, "torch.Tensor"], path: 
         for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong)):
             if keys:
                 more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-                parts.append(f"{label}: {', '.join(keys[:3])}{more}")
+                parts.append(f"{label}: {', '.join(_clip(k) for k in keys[:3])}{more}")
         raise ModelError(f"--weights {path} does not fit this architecture ({'; '.join(parts)}); check --model")
+    _check_dtypes(own, state, path)
     model.load_state_dict(state, strict=True)
+
+
+def _check_dtypes(own: dict[str, "torch.Tensor"], state: dict[str, "torch.Tensor"], path: Path) -> None:
+    """load_state_dict would cast int8 or bool into a float weight without a word; integer buffers may stay integer."""
+    for key, value in state.items():
+        if own[key].is_floating_point() and not value.is_floating_point():
+            dtype = str(value.dtype).removeprefix("torch.")
+            raise ModelError(
+                f"--weights {path}: tensor '{key}' is {dtype}, not floating point; quantized or integer checkpoints "
+                "are not supported (give the float weights)"
+            )
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    """A checkpoint's key as a message shows it: one line, cut with '…'."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 # ------------------------------------------------------------------ builders
@@ -270,12 +358,7 @@ def _build_torchvision(arch: str, pretrained: bool, num_classes: int | None) -> 
             "torchvision classification models are listed by torchvision.models.list_models()"
         )
     kwargs = {} if num_classes is None else {"num_classes": num_classes}
-    try:
-        return torchvision.models.get_model(arch, weights="DEFAULT" if pretrained else None, **kwargs)
-    except Exception as error:  # noqa: BLE001
-        if pretrained:
-            raise ModelError(f"could not get pretrained weights for torchvision:{arch} ({_short(error)}); {OFFLINE_HINT}") from None
-        raise ModelError(f"could not build torchvision:{arch}: {_short(error)}") from None
+    return torchvision.models.get_model(arch, weights="DEFAULT" if pretrained else None, **kwargs)
 
 
 def _build_timm(name: str, pretrained: bool, num_classes: int | None) -> "nn.Module":
@@ -288,17 +371,21 @@ def _build_timm(name: str, pretrained: bool, num_classes: int | None) -> "nn.Mod
             "name a timm model (timm.list_models()), 'hf-hub:ORG/NAME', or 'torchvision:ARCH'"
         )
     kwargs = {} if num_classes is None else {"num_classes": num_classes}
-    try:
-        return timm.create_model(name, pretrained=pretrained, **kwargs)
-    except Exception as error:  # noqa: BLE001
-        if pretrained or name.startswith("hf-hub:"):
-            raise ModelError(f"could not get pretrained weights for {name} ({_short(error)}); {OFFLINE_HINT}") from None
-        raise ModelError(f"could not build {name}: {_short(error)}") from None
+    return timm.create_model(name, pretrained=pretrained, **kwargs)
 
 
-def _short(error: BaseException) -> str:
+def _short(error: BaseException, limit: int = 200) -> str:
     text = str(error).strip().splitlines()
-    return (text[0] if text else type(error).__name__)[:200]
+    return (text[0] if text else type(error).__name__)[:limit]
+
+
+def _deepest(error: BaseException) -> BaseException:
+    """The first failure in an exception's chain: the one that says what actually went wrong."""
+    seen = {id(error)}
+    while (inner := error.__cause__ or error.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        error = inner
+    return error
 
 
 def _timm_data_config(model: "nn.Module") -> DataConfig:
@@ -360,10 +447,11 @@ def _imagenet_names(model: "nn.Module", source: str, arch: str, num_classes: int
 
 
 def read_labels(path: Path) -> list[str]:
+    """One class name per line; byte-order marks (Windows editors write one) are no part of a name."""
     if not path.is_file():
         raise UsageError(f"--labels {path}: no such file")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").replace("\ufeff", "").splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise UsageError(f"--labels {path}: cannot read it as UTF-8 text ({_short(error)})") from None
     while lines and not lines[-1].strip():
@@ -404,12 +492,205 @@ def build_model(name: str, pretrained: bool = True, num_classes: int | None = No
     if not arch:
         raise UsageError("--model is empty; name a timm model, 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
     build = _build_torchvision if source == "torchvision" else _build_timm
+    label = f"{TORCHVISION_PREFIX}{arch}" if source == "torchvision" else arch
+    downloads = pretrained or arch.startswith("hf-hub:")  # hf-hub names fetch their config either way
     if not pretrained:
         _seed_random_init()
+    unreachable = _plan_download(label, source, arch) if downloads else None
     # torch.hub announces a download on stdout ('Downloading: "..." to ...'),
     # which would corrupt the JSON Lines there; stdout is for results only.
-    with contextlib.redirect_stdout(sys.stderr):
-        return build(arch, pretrained, num_classes), source, arch
+    quiet = _library_noise_off() if downloads else contextlib.nullcontext()
+    with contextlib.redirect_stdout(sys.stderr), quiet, _hub_offline(unreachable is not None):
+        try:
+            return build(arch, pretrained, num_classes), source, arch
+        except GradcamError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the libraries fail in many ways; the user gets one line
+            raise _build_error(label, downloads, error, unreachable) from None
+
+
+def _build_error(label: str, downloads: bool, error: BaseException, unreachable: str | None) -> ModelError:
+    if not downloads:
+        return ModelError(f"could not build {label}: {_short(error)}")
+    reason = _short(error)
+    if _is_cache_miss(error) and unreachable:
+        reason = f"{unreachable} cannot be reached and they are not in the local cache"
+    elif _is_cache_miss(error) and _hf_offline():
+        reason = "HF_HUB_OFFLINE is set and they are not in the local cache"
+    elif _is_cache_miss(error):
+        reason = f"the hub did not serve them ({_short(_deepest(error), 100)}) and they are not in the local cache"
+    return ModelError(f"could not get pretrained weights for {label} ({reason}); {OFFLINE_HINT}")
+
+
+# ---------------------------------------------------------------- reaching the hubs
+#
+# Offline, huggingface_hub retries each file 5 times with backoff (1+2+4+8+8 s)
+# and timm asks for two files: ~52 s and 24 log lines before its error. Its own
+# offline mode answers from the cache at once, so a quick TCP probe decides
+# which mode the build runs in; torch.hub (torchvision, timm's plain URLs)
+# reads its cache without any request, so only an uncached download is probed.
+
+HUB_PROBE_TIMEOUT_S = 3.0  # a TCP handshake, DNS included; far more than any working link needs
+NOISY_LOGGERS = ("huggingface_hub", "timm", "torch.hub", "urllib3", "httpx", "httpx2", "httpcore", "filelock")
+DEFAULT_PORTS = {"http": 80, "https": 443, "socks4": 1080, "socks5": 1080, "socks5h": 1080}
+
+
+def _plan_download(label: str, source: str, arch: str) -> str | None:
+    """Probe the weights' host before the libraries do.
+
+    Returns the Hugging Face host when it does not answer (the build then runs
+    in the hub's offline mode: cached weights load, missing ones fail at once);
+    a plain download that cannot happen fails here.
+    """
+    where = _weights_location(source, arch)
+    if where is None:
+        return None
+    kind, url = where
+    if (kind == "url" and _torch_hub_cached(url)) or (kind == "hf" and _hf_offline()):
+        return None
+    if _answers(*_first_hop(url)):
+        return None
+    host = _host(url)
+    if kind == "url":
+        raise ModelError(
+            f"could not get pretrained weights for {label} ({host} cannot be reached and they are not in the "
+            f"local cache); {OFFLINE_HINT}"
+        )
+    return host
+
+
+def _weights_location(source: str, arch: str) -> tuple[str, str] | None:
+    """('hf', hub endpoint) or ('url', download URL) for the pretrained weights; None when no request is needed."""
+    if source == "torchvision":
+        url = getattr(_torchvision_weights(arch), "url", None)
+        return ("url", url) if url else None
+    if arch.startswith("hf-hub:"):
+        return "hf", _hf_endpoint()
+    try:
+        from timm.models import get_pretrained_cfg
+        from timm.models._builder import _resolve_pretrained_source  # timm's own choice of source
+
+        cfg = get_pretrained_cfg(arch)
+        kind, location = _resolve_pretrained_source(cfg.to_dict()) if cfg is not None else ("", "")
+    except Exception:  # noqa: BLE001 - a bad tag or another timm version: the build itself reports
+        return None
+    if kind == "hf-hub":
+        return "hf", _hf_endpoint()
+    return ("url", str(location)) if kind == "url" else None
+
+
+def _hf_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+def _hf_offline() -> bool:
+    try:
+        from huggingface_hub import constants
+    except ImportError:
+        return False
+    return bool(constants.is_offline_mode())
+
+
+def _torch_hub_cached(url: str) -> bool:
+    """torch.hub keeps a download as <hub dir>/checkpoints/<file name> and then never asks again."""
+    import torch.hub
+    from urllib.parse import urlsplit
+
+    name = os.path.basename(urlsplit(url).path)
+    return bool(name) and os.path.isfile(os.path.join(torch.hub.get_dir(), "checkpoints", name))
+
+
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname or url
+
+
+def _first_hop(url: str) -> tuple[str, int]:
+    """The host and port a request for url connects to first: its proxy when one applies."""
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    proxies = urllib.request.getproxies()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if proxy and not urllib.request.proxy_bypass(parts.hostname or ""):
+        parts = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+    return parts.hostname or "", parts.port or DEFAULT_PORTS.get(parts.scheme, 443)
+
+
+def _answers(host: str, port: int, timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connection opens within timeout; in a thread because DNS has no timeout of its own."""
+    import socket
+    import threading
+
+    if not host:
+        return True  # nothing to probe: let the library try
+    outcome: list[bool] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome.append(True)
+        except OSError:
+            outcome.append(False)
+
+    probe = threading.Thread(target=connect, name="gradcam-hub-probe", daemon=True)
+    probe.start()
+    probe.join(timeout)
+    return bool(outcome and outcome[0])
+
+
+@contextlib.contextmanager
+def _hub_offline(on: bool) -> Any:
+    """huggingface_hub's own offline mode for the build: the cache only, no request, no retry."""
+    if not on:
+        yield
+        return
+    from huggingface_hub import constants
+
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before
+
+
+@contextlib.contextmanager
+def _library_noise_off() -> Any:
+    """The hubs' retry warnings and log lines stay off the terminal: our one-line error says it all."""
+    import logging
+    import warnings
+
+    loggers = [logging.getLogger(name) for name in NOISY_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _is_cache_miss(error: BaseException | None) -> bool:
+    """huggingface_hub found neither the hub nor the file in its cache (somewhere in the chain)."""
+    try:
+        from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+    except ImportError:
+        return False
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (LocalEntryNotFoundError, OfflineModeIsEnabled)):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def load_model(
@@ -424,7 +705,7 @@ def load_model(
     state = read_state_dict(weights) if weights is not None else None
     model, source, arch = build_model(name, pretrained=pretrained and state is None)
     if state is not None:
-        wanted = checkpoint_num_classes(model, state)
+        wanted = checkpoint_num_classes(model, state, weights)
         if wanted is not None and wanted != _num_outputs(model):
             model, source, arch = build_model(name, pretrained=False, num_classes=wanted)
         load_checkpoint(model, state, weights)  # type: ignore[arg-type]

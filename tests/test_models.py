@@ -110,6 +110,58 @@ def test_labels_with_the_wrong_count_are_a_usage_error(run_cli, tmp_path, image,
     assert not (tmp_path / "out").exists()
 
 
+def test_labels_with_a_byte_order_mark(tmp_path):
+    """Windows editors start UTF-8 files with a BOM; it must not become part of the first class name."""
+    from gradcam_cli.models import read_labels
+
+    path = tmp_path / "bom.txt"
+    path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(LABELS).encode() + b"\r\n")
+    assert read_labels(path) == list(LABELS)
+    path.write_text("circle\n\ufeffsquare \ntriangle\n", encoding="utf-8")  # files joined with `cat`
+    assert read_labels(path) == list(LABELS)
+
+
+def test_class_by_name_from_labels_with_a_byte_order_mark(run_cli, tmp_path, image, three_class_state):
+    weights = save_safetensors(three_class_state, tmp_path / "three.safetensors")
+    labels = tmp_path / "bom.txt"
+    labels.write_bytes(b"\xef\xbb\xbf" + "\n".join(LABELS).encode() + b"\n")
+    result = explain(run_cli, tmp_path, image, "--weights", weights, "--labels", labels, "--class", "circle")
+    assert result.code == 0, result.stderr
+    (record,) = result.records()
+    assert (record["class_index"], record["class_name"]) == (0, "circle")
+    assert {entry["name"] for entry in record["topk"]} == set(LABELS)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "bool"])
+def test_integer_or_bool_weights_are_refused_by_name(run_cli, tmp_path, image, three_class_state, dtype):
+    """load_state_dict would cast them into the float parameters without a word."""
+    import torch
+
+    state = dict(three_class_state)
+    state["fc.weight"] = (state["fc.weight"] * 100).to(getattr(torch, dtype))
+    weights = save_safetensors(state, tmp_path / f"{dtype}.safetensors")
+    result = explain(run_cli, tmp_path, image, "--weights", weights)
+    assert result.code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert f"--weights {weights}: tensor 'fc.weight' is {dtype}" in line
+    assert "quantized" in line and "give the float weights" in line
+    assert "Traceback" not in result.stderr
+
+
+def test_integer_buffers_still_load(three_class_state, tmp_path):
+    """BatchNorm's num_batches_tracked is int64 in the model too: nothing to refuse."""
+    import torch
+
+    from gradcam_cli.models import load_model
+
+    assert three_class_state["bn1.num_batches_tracked"].dtype == torch.int64
+    state = dict(three_class_state, **{"bn1.num_batches_tracked": torch.tensor(7)})
+    weights = tmp_path / "counted.pth"
+    torch.save(state, weights)
+    loaded = load_model("test_resnet", pretrained=False, weights=weights)
+    assert int(loaded.model.state_dict()["bn1.num_batches_tracked"]) == 7
+
+
 class Payload:
     """Unpickling this creates a file: the proof that code inside a pickle ran."""
 
