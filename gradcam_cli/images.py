@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
+import re
+import secrets
+import stat
+import time
 from enum import Enum
 from pathlib import Path
 
@@ -58,9 +61,9 @@ def _pil_to_rgb(image: "object") -> np.ndarray:
 def _not_an_image(path: Path) -> str:
     """Why Pillow did not recognise the file, as precisely as its first bytes tell."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             head = handle.read(512)
-    except OSError:
+    except (OSError, InputError):
         head = None
     if head == b"":
         return "empty file (0 bytes), not an image"
@@ -76,6 +79,35 @@ def _not_an_image(path: Path) -> str:
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
 
 
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def open_regular(path: Path) -> "io.BufferedReader":
+    """Open a regular file for reading, never blocking: anything else is an InputError.
+
+    The type is checked with stat before opening, and again on the open
+    descriptor (the path may be swapped in between); O_NONBLOCK makes even
+    that open return at once on a FIFO with no writer.
+    """
+    status = os.stat(path)
+    if not stat.S_ISREG(status.st_mode):
+        raise InputError(f"{path}: {_file_kind(status.st_mode)}, not an image file; only regular files are read")
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise InputError(f"{path}: {_file_kind(status.st_mode)}, not an image file; only regular files are read")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def load_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """An upright 8-bit RGB array (H, W, 3); any failure is an InputError for this image.
 
@@ -87,7 +119,7 @@ def load_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
 
     Image.MAX_IMAGE_PIXELS = None  # our own limit below, with a message that names the option
     try:
-        with Image.open(path) as image:
+        with open_regular(path) as handle, Image.open(handle) as image:
             width, height = image.size
             if 0 < max_pixels < width * height:
                 raise InputError(
@@ -172,14 +204,26 @@ def _file_mode() -> int:
 FILE_MODE = _file_mode()
 
 
+TEMP_PREFIX = ".gradcam-tmp-"  # ours, and short: a temporary name fits wherever the final name fits
+TEMP_NAME = re.compile(r"\.gradcam-tmp-(\d+)-[0-9a-f]{8}\.part$")
+STALE_TEMP_SECONDS = 3600
+
+
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same folder, then rename over the target."""
+    """Write to a temporary file in the same folder, flush it to disk, then rename over the target.
+
+    A crash or a kill leaves either the old file or the whole new one under
+    the final name, never a part; what it may leave is our temporary file,
+    which `remove_stale_temps` recognises by its name.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+    temp = path.parent / f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.part"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.chmod(temp, FILE_MODE)
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(temp, path)
     except BaseException:
         try:
@@ -187,3 +231,71 @@ def write_atomic(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(folder: Path) -> int:
+    """Delete temporary files that a killed run of ours left in `folder`; returns how many.
+
+    Only names of our own pattern are touched, and only when the process that
+    wrote them is gone (or, for a run on another machine sharing the folder,
+    when they are an hour old: a live write takes milliseconds).
+    """
+    removed = 0
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    now = time.time()
+    for entry in entries:
+        match = TEMP_NAME.fullmatch(entry.name)
+        if not match or int(match.group(1)) == os.getpid():
+            continue
+        try:
+            stale = not _pid_alive(int(match.group(1))) or now - entry.stat(follow_symlinks=False).st_mtime > STALE_TEMP_SECONDS
+            if stale and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"  # the empty IEND chunk every PNG ends with
+
+
+def is_complete(path: Path) -> bool:
+    """A whole file as we write it: a PNG from signature to IEND, an .npy holding all the data its header declares.
+
+    Reads a few bytes, decodes nothing: a zero-byte, truncated or foreign file fails.
+    """
+    try:
+        with open_regular(path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if path.suffix == ".npy":
+                return _npy_complete(handle, size)
+            head = handle.read(len(PNG_SIGNATURE))
+            handle.seek(max(0, size - len(PNG_END)))
+            return head == PNG_SIGNATURE and size > len(PNG_SIGNATURE) + len(PNG_END) and handle.read() == PNG_END
+    except (OSError, InputError, ValueError):
+        return False
+
+
+def _npy_complete(handle: "io.BufferedReader", size: int) -> bool:
+    from numpy.lib import format as npy
+
+    version = npy.read_magic(handle)
+    read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+    shape, _fortran, dtype = read_header(handle)
+    count = int(np.prod(shape, dtype=np.int64))
+    return size == handle.tell() + count * dtype.itemsize

@@ -120,3 +120,57 @@ def _quiet_model(model: "nn.Module") -> Iterator[None]:
 
     with eval_mode(model), torch.inference_mode():
         yield
+
+
+@dataclass(frozen=True)
+class PerturbationCost:
+    """What a gradient-free method will cost per image, measured before the run starts."""
+
+    channels: dict[str, int]  # layer name → channels, one masked forward each
+    seconds_per_forward: float  # one image's forward, measured at the method's chunk size
+
+    @property
+    def forwards_per_image(self) -> int:
+        return sum(self.channels.values())
+
+    @property
+    def seconds_per_image(self) -> float:
+        return self.forwards_per_image * self.seconds_per_forward
+
+
+def measure_cost(model: "nn.Module", layers: "list[ResolvedLayer]", x: "torch.Tensor") -> PerturbationCost:
+    """One timed forward of `x` (a chunk of blank inputs) with the target layers' output shapes recorded.
+
+    Channels are where the layer's own type puts them (dim 1 for conv-like
+    modules and 4-D maps, the last dim for tokens and channels-last modules).
+    """
+    import time
+
+    import torch
+
+    from .layout import channels_dim_hint
+
+    channels: dict[str, int] = {}
+
+    def hook_for(layer: "ResolvedLayer") -> Callable[..., None]:
+        def record(module: "nn.Module", _inputs: Any, output: Any) -> None:
+            tensor = first_tensor(output)
+            if tensor is not None and tensor.dim() >= 3:
+                dim = channels_dim_hint(module) or (1 if tensor.dim() == 4 else -1)
+                channels[layer.name or "(model)"] = int(tensor.shape[dim])
+
+        return record
+
+    handles = [layer.module.register_forward_hook(hook_for(layer)) for layer in layers]
+    try:
+        with eval_mode(model), torch.inference_mode(), _quiet_model(model):
+            model(x[:1])  # warm-up: the first call of a model pays one-off setup costs
+            start = time.perf_counter()
+            model(x)
+            if x.device.type == "cuda":
+                torch.cuda.synchronize(x.device)
+            elapsed = time.perf_counter() - start
+    finally:
+        for handle in handles:
+            handle.remove()
+    return PerturbationCost(channels, elapsed / max(1, x.shape[0]))

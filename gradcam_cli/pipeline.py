@@ -18,7 +18,7 @@ import numpy as np
 
 from . import __version__
 from .errors import GradcamError, InputError, OutputError, UsageError
-from .images import DEFAULT_MAX_PIXELS, Colormap, load_image
+from .images import DEFAULT_MAX_PIXELS, Colormap, is_complete, load_image
 from .models import free_device_memory, is_out_of_memory
 from .outputs import ImageRecord, OutputNamer, ensure_writable
 from .preprocess import Geometry, plan_geometry, to_input_array
@@ -88,7 +88,7 @@ class Summary:
         else:
             self.done += record.ok
             self.failed += not record.ok
-        self.blank += bool(record.blank)
+        self.blank += any(target.blank for target in record.targets)
 
 
 @dataclass
@@ -113,22 +113,24 @@ class Explainer:
 
     def __init__(
         self, settings: ExplainSettings, warn: Callable[[str], None] = lambda _m: None,
-        progress: "ProgressFn | None" = None,
+        progress: "ProgressFn | None" = None, checkpoint: Callable[[], None] = lambda: None,
     ) -> None:
         from .cams import CamOptions
         from .layers import default_layer_paths, resolve_layers
-        from .methods import get_method
-        from .models import load_model, place_model, resolve_device, resolve_precision
+        from .methods import MethodKind, get_method
+        from .models import _num_outputs, load_model, place_model, resolve_device, resolve_precision
         from .targets import target_choice
 
         self.settings = settings
         self.warn = warn
+        self.checkpoint = checkpoint  # raises when the run is asked to stop (Ctrl-C); called between images
         self.method: CamMethod = get_method(settings.method)
         _check_method_options(settings, self.method, warn)
         self.device = resolve_device(settings.device)
         self.options = CamOptions(
             settings.relu, settings.norm, settings.combine, settings.eigen_smooth, settings.aug_smooth,
-            settings.cam_batch_size, resolve_precision(settings.precision, self.device), progress,
+            settings.cam_batch_size, resolve_precision(settings.precision, self.device),
+            _checked_progress(progress, checkpoint),
         )
         self.loaded: LoadedModel = load_model(
             settings.model, pretrained=settings.pretrained, weights=settings.weights, labels=settings.labels
@@ -136,17 +138,46 @@ class Explainer:
         model = self.loaded.model
         paths = list(settings.layers) or default_layer_paths(model, self.loaded.arch, self.loaded.source)
         self.layers: list[ResolvedLayer] = resolve_layers(model, paths, self.loaded.name)
-        self.targets: TargetChoice = target_choice(settings.classes, settings.topk, self.loaded.class_names)
+        classes = _num_outputs(model)
+        self.notices: list[str] = []  # said once when the run starts, after every check has passed
+        self.targets: TargetChoice = _fit_topk(
+            target_choice(settings.classes, settings.topk, self.loaded.class_names), classes, self.notices.append
+        )
+        if not settings.pretrained and settings.weights is None:
+            self.notices.append("--no-pretrained: random (seeded) weights; the classes and maps mean nothing "
+                                "(useful only to try the tool or a layer path)")
         self.channels_last = place_model(model, self.device)
         self.model = model
-        self.namer = OutputNamer(settings.output_dir, self.method.name)
+        if self.method.kind == MethodKind.PERTURBATION:
+            self.notices.append(self._perturbation_cost())
+        several = bool(self.targets.classes) or self.targets.topk > 1
+        largest = max(self.targets.classes or [(classes or 1) - 1]) if several else None
+        self.namer = OutputNamer(settings.output_dir, self.method.name, largest, settings.save_raw, settings.save_guided)
         self.workers = settings.workers or default_workers(self.device.type)
         self.batch_limit = settings.batch_size  # lowered when the device runs out of memory
         self.writer = ResultWriter(
-            self.namer, self.loaded.class_names, self._record_context(), warn,
+            self.namer, self.loaded.class_names, self._record_context(),
             colormap=settings.colormap, alpha=settings.alpha, save_raw=settings.save_raw,
             save_guided=settings.save_guided, raw_norm=settings.norm != "minmax",
             explicit_classes=bool(self.targets.classes),
+        )
+
+    def _perturbation_cost(self) -> str:
+        """scorecam and ablationcam run one forward per channel of the layer: say what that costs, before it does."""
+        import torch
+
+        from .perturb import measure_cost
+
+        chunk = min(self.settings.cam_batch_size, 8)
+        x = torch.zeros(chunk, 3, *self.loaded.data_config.input_hw, device=self.device)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        cost = measure_cost(self.model, self.layers, x)
+        layers = ", ".join(f"{name}: {count:,} channels" for name, count in cost.channels.items())
+        return (
+            f"{self.method.name} runs {cost.forwards_per_image:,} masked forwards per image ({layers}), about "
+            f"{_duration(cost.seconds_per_image)} per image on {self.device}; cheaper: --method gradcam "
+            "(one backward), a --layer with fewer channels, or a GPU"
         )
 
     def _layer_names(self) -> list[str]:
@@ -173,6 +204,8 @@ class Explainer:
             emit(record)
 
         ensure_writable(self.settings.output_dir)
+        for notice in self.notices:
+            self.warn(notice)
         window = 2 * self.settings.batch_size
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gradcam-io")
         writing = OrderedResults(limit=window)
@@ -207,6 +240,7 @@ class Explainer:
         batch: list[_Item] = []
         ready = 0
         for item in items:
+            self.checkpoint()
             batch.append(item)
             ready += item.error is None and not item.skipped
             if ready >= self.batch_limit:
@@ -222,11 +256,12 @@ class Explainer:
         if source.error:
             item.error = source.error
             return item
-        if self.settings.skip_existing:
-            item.existing = self._existing_outputs(base)
-            if item.skipped:
-                return item
         try:
+            self.namer.check(base)
+            if self.settings.skip_existing:
+                item.existing = self._existing_outputs(base)
+                if item.skipped:
+                    return item
             item.image = load_image(source.path, self.settings.max_pixels)
         except InputError as error:
             item.error = str(error)
@@ -238,17 +273,23 @@ class Explainer:
         return item
 
     def _existing_outputs(self, base: PurePath) -> list[Path] | None:
-        """--skip-existing: the overlays of an earlier run when every file this run would write is there, else None."""
-        if self.targets.topk > 1 and not self.targets.classes:  # which classes only the forward would tell
-            overlays = self.namer.existing_class_overlays(base)
-            return overlays if len(overlays) >= self.targets.topk else None
+        """--skip-existing: an earlier run's overlays when every file this run would write is there whole, else None.
+
+        With --topk K the classes are known only after the forward: any K
+        classes whose files are all complete will do.
+        """
         settings = self.settings
-        expected = [
-            self.namer.paths(base, c, settings.save_raw, settings.save_guided) for c in self.targets.classes or [None]
-        ]
-        if all(path.is_file() for paths in expected for path in paths if path is not None):
-            return [paths[0] for paths in expected]
-        return None
+        if self.targets.topk > 1 and not self.targets.classes:
+            classes: list[int | None] = self.namer.existing_classes(base)
+            wanted = self.targets.topk
+        else:
+            classes, wanted = list(self.targets.classes or [None]), len(self.targets.classes or [None])
+        complete = []
+        for index in classes:
+            paths = [p for p in self.namer.paths(base, index, settings.save_raw, settings.save_guided) if p is not None]
+            if all(is_complete(p) for p in paths):
+                complete.append(paths[0])
+        return complete[:wanted] if len(complete) >= wanted else None
 
     # ------------------------------------------------------------- one batch
 
@@ -358,6 +399,35 @@ class Explainer:
                 "version": __version__,
             },
         }
+
+
+def _checked_progress(progress: "ProgressFn | None", checkpoint: Callable[[], None]) -> "ProgressFn":
+    """Masked forwards report after each chunk: a stop request is honoured there too, not after minutes."""
+
+    def report(what: str, done: int, total: int) -> None:
+        checkpoint()
+        if progress is not None:
+            progress(what, done, total)
+
+    return report
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds:.2f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"
+
+
+def _fit_topk(targets: "TargetChoice", classes: int | None, warn: Callable[[str], None]) -> "TargetChoice":
+    """--topk above the number of classes explains every class, and says so once."""
+    from .targets import TargetChoice
+
+    if classes is None or targets.classes or targets.topk <= classes:
+        return targets
+    warn(f"--topk {targets.topk}: the model has only {classes} classes; explaining all {classes}")
+    return TargetChoice(topk=classes)
 
 
 def _check_method_options(settings: ExplainSettings, method: "CamMethod", warn: Callable[[str], None]) -> None:

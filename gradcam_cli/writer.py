@@ -6,13 +6,14 @@ file is written under a temporary name and renamed.
 """
 from __future__ import annotations
 
+import threading
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from .errors import InputError
-from .images import Colormap, encode_npy, encode_png, overlay, write_atomic
+from .images import Colormap, encode_npy, encode_png, overlay, remove_stale_temps, write_atomic
 from .outputs import ImageRecord, OutputNamer, TargetRecord
 from .preprocess import Geometry, map_to_original
 
@@ -32,7 +33,6 @@ class ResultWriter:
         namer: OutputNamer,
         class_names: Sequence[str] | None,
         context: dict[str, Any],
-        warn: Callable[[str], None],
         *,
         colormap: Colormap = Colormap.jet,
         alpha: float = 0.5,
@@ -44,11 +44,21 @@ class ResultWriter:
         self.namer = namer
         self.class_names = class_names
         self.context = context  # model, layers, method, device, settings: the same in every record
-        self.warn = warn
         self.colormap, self.alpha = colormap, alpha
         self.save_raw, self.save_guided = save_raw, save_guided
         self.raw_norm = raw_norm  # maps hold raw values (--norm none): scale them for display
         self.explicit_classes = explicit_classes
+        self._folders_ready: set[Path] = set()
+        self._folders_lock = threading.Lock()
+
+    def _prepare_folder(self, folder: Path) -> None:
+        """The first time this run writes into a folder: create it and clear a killed run's temporary files."""
+        with self._folders_lock:
+            if folder in self._folders_ready:
+                return
+            folder.mkdir(parents=True, exist_ok=True)
+            remove_stale_temps(folder)
+            self._folders_ready.add(folder)
 
     def class_name(self, index: int) -> str | None:
         names = self.class_names
@@ -78,7 +88,7 @@ class ResultWriter:
             class_name=first.class_name,
             score=first.score,
             probability=first.probability,
-            blank=any(t.blank for t in targets),
+            blank=first.blank,  # the top-level fields describe the first target; each target has its own flag
             outputs=[t.overlay for t in targets if t.overlay],
             targets=targets,
             topk=[
@@ -93,7 +103,7 @@ class ResultWriter:
         return ImageRecord(input=str(path), ok=True, skipped=True, outputs=outputs, **self.context)
 
     def error_record(self, path: Path, message: str) -> ImageRecord:
-        self.warn(message)
+        """A failed input: the message is in the record, which the caller reports (once)."""
         return ImageRecord(input=str(path), ok=False, error=message, **self.context)
 
     def _write_target(
@@ -104,14 +114,10 @@ class ResultWriter:
         index = int(cams.targets[row, k])
         blank = bool(cams.blank[row, k])
         name = self.class_name(index)
-        if blank:
-            self.warn(
-                f"{path}: the map for class {index}{f' ({name})' if name else ''} is blank "
-                f"(no positive evidence at {', '.join(self.context['layers'])}); try another --layer or --class"
-            )
         overlay_path, raw_path, guided_path = self.namer.paths(
             base, index if several else None, self.save_raw, self.save_guided
         )
+        self._prepare_folder(overlay_path.parent)
         self._write_maps(image, geometry, cams.maps[row, k], overlay_path, raw_path)
         if guided_path is not None and cams.guided is not None:
             self._write_guided(geometry, cams.guided[row, k], guided_path)

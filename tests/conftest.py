@@ -32,6 +32,16 @@ def offline_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
     torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+@pytest.fixture(autouse=True)
+def in_test_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test runs in its own folder, as a user runs gradcam where the images are.
+
+    Output names mirror the input's path relative to the current folder, so
+    `tmp_path / "cat.png"` gives `OUT/cat.png.gradcam.png` here.
+    """
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def one_thread():
     """Tiny models gain nothing from threads, and on a busy 2-core box 2 threads spin for ages."""

@@ -140,7 +140,7 @@ def test_cli_norm_none_writes_raw_values_and_a_display_overlay(run_cli, photo, t
     raw = np.load(record["targets"][0]["raw"])
     assert raw.shape == (64, 96) and raw.min() < 0, "signed raw values, not a [0,1] map"
     assert record["settings"]["norm"] == "none" and record["settings"]["relu"] is False
-    assert (out / "cat.gradcam.png").is_file()
+    assert (out / "in" / "cat.png.gradcam.png").is_file()
 
 
 def test_cli_save_guided_writes_the_colour_image(run_cli, photo, tmp_path) -> None:
@@ -150,7 +150,7 @@ def test_cli_save_guided_writes_the_colour_image(run_cli, photo, tmp_path) -> No
     assert result.code == 0, result.stderr
     (record,) = result.records()
     guided = record["targets"][0]["guided"]
-    assert guided.endswith("cat.guided-gradcam.guided.png")
+    assert guided.endswith("in/cat.png.guided-gradcam.guided.png")
     from PIL import Image
 
     with Image.open(guided) as im:

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +51,7 @@ def test_single_image_writes_a_valid_overlay_of_the_input_size(run_cli, tmp_path
     assert result.code == 0, result.stderr
     (record,) = result.records()
     overlay = Path(record["outputs"][0])
-    assert overlay == tmp_path / "out" / "cat.gradcam.png"
+    assert overlay == tmp_path / "out" / "cat.png.gradcam.png"
     assert overlay.is_file()
     assert png_size(overlay) == (96, 64)
     pixels = np.asarray(Image.open(overlay).convert("RGB"))
@@ -83,15 +84,15 @@ def test_folder_is_flat_without_r_and_mirrored_with_r(run_cli, tmp_path, image_d
     assert flat.code == 0, flat.stderr
     assert sorted(Path(r["input"]).name for r in flat.records()) == ["a.jpg", "b.png"]
     assert sorted(p.relative_to(tmp_path / "flat").as_posix() for p in (tmp_path / "flat").rglob("*.png")) == [
-        "a.gradcam.png", "b.gradcam.png",
+        "photos/a.jpg.gradcam.png", "photos/b.png.gradcam.png",
     ]
     deep = explain(run_cli, tmp_path / "deep", "-r", image_dir)
     assert deep.code == 0, deep.stderr
     assert len(deep.records()) == 3
     assert sorted(p.relative_to(tmp_path / "deep").as_posix() for p in (tmp_path / "deep").rglob("*.png")) == [
-        "a.gradcam.png", "b.gradcam.png", "sub/c.gradcam.png",
+        "photos/a.jpg.gradcam.png", "photos/b.png.gradcam.png", "photos/sub/c.png.gradcam.png",
     ]
-    assert png_size(tmp_path / "deep" / "sub" / "c.gradcam.png") == (80, 80)
+    assert png_size(tmp_path / "deep" / "photos" / "sub" / "c.png.gradcam.png") == (80, 80)
 
 
 def test_paths_on_stdin_with_dash(run_cli, tmp_path, image_dir):
@@ -110,7 +111,7 @@ def test_save_raw_writes_float32_map_in_unit_range_at_original_size(run_cli, tmp
     assert result.code == 0, result.stderr
     (record,) = result.records()
     raw_path = Path(record["targets"][0]["raw"])
-    assert raw_path == tmp_path / "out" / "in.gradcam.npy"
+    assert raw_path == tmp_path / "out" / "in.png.gradcam.npy"
     raw = np.load(raw_path, allow_pickle=False)
     assert raw.dtype == np.float32 and raw.shape == (50, 75)
     assert raw.min() >= 0.0 and raw.max() <= 1.0 and raw.max() > 0.0
@@ -126,7 +127,7 @@ def test_topk_two_writes_two_files_for_distinct_classes(run_cli, tmp_path):
     assert indices == [record["topk"][0]["index"], record["topk"][1]["index"]]
     assert len(record["outputs"]) == 2
     for index, output in zip(indices, record["outputs"]):
-        assert Path(output).name == f"in.gradcam.class{index}.png" and Path(output).is_file()
+        assert Path(output).name == f"in.png.gradcam.class{index}.png" and Path(output).is_file()
 
 
 def test_class_by_index_and_by_name_from_labels(run_cli, tmp_path):
@@ -134,7 +135,7 @@ def test_class_by_index_and_by_name_from_labels(run_cli, tmp_path):
     by_index = explain(run_cli, tmp_path / "a", "--class", "7", src)
     assert by_index.code == 0, by_index.stderr
     assert by_index.records()[0]["class_index"] == 7
-    assert Path(by_index.records()[0]["outputs"][0]).name == "in.gradcam.class7.png"
+    assert Path(by_index.records()[0]["outputs"][0]).name == "in.png.gradcam.class7.png"
 
     labels = tmp_path / "labels.txt"
     labels.write_text("".join(f"thing {i}\n" for i in range(1000)), encoding="utf-8")
@@ -169,7 +170,8 @@ def test_corrupt_image_in_folder_is_one_line_and_the_others_are_done(run_cli, tm
     assert set(records) == {"a.jpg", "b.png", "broken.png"}
     assert records["broken.png"]["error"] and records["broken.png"]["outputs"] == []
     assert records["a.jpg"]["error"] is None and records["b.png"]["error"] is None
-    assert (tmp_path / "out" / "a.gradcam.png").is_file() and (tmp_path / "out" / "b.gradcam.png").is_file()
+    assert (tmp_path / "out" / "photos" / "a.jpg.gradcam.png").is_file()
+    assert (tmp_path / "out" / "photos" / "b.png.gradcam.png").is_file()
     mentions = [line for line in result.stderr.splitlines() if "broken.png" in line]
     assert len(mentions) == 1
     assert "Traceback" not in result.stderr
@@ -203,6 +205,132 @@ def test_missing_input_file_is_an_error_record(run_cli, tmp_path):
     (record,) = result.records()
     assert record["input"] == str(missing) and "no such file" in record["error"]
     assert "nope.jpg" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_inputs_that_hold_no_image_fail_before_the_model_loads(run_cli, tmp_path, monkeypatch):
+    from gradcam_cli import pipeline
+
+    def no_model(*_args, **_kwargs):
+        raise AssertionError("the model was loaded although no input holds an image")
+
+    monkeypatch.setattr(pipeline, "Explainer", no_model)
+    monkeypatch.chdir(tmp_path)  # short relative paths: messages shorten long ones
+    Path("empty").mkdir()
+    result = explain(run_cli, Path("out"), "nope.jpg", "empty", "zz*.png")
+    assert result.code == 1
+    assert result.stderr.splitlines() == [
+        "gradcam: nope.jpg: no such file or folder",
+        "gradcam: empty: no image file in this folder",
+        "gradcam: zz*.png: the pattern matches no file",
+    ]
+    assert [(r["input"], r["ok"]) for r in result.records()] == [("nope.jpg", False), ("zz*.png", False)]
+    assert not Path("out").exists()
+
+
+def test_a_failure_on_a_terminal_is_one_line_with_the_path_once(run_cli, tmp_path, image_dir, monkeypatch):
+    """Human lines: the ✗ line is the failure's only mention; as JSON stderr has one line per failure."""
+    (image_dir / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not a png")
+    monkeypatch.chdir(tmp_path)
+    human = run_cli("explain", "-m", "test_resnet", "--no-pretrained", "--no-json", "-o", "a", "photos", "nothere.jpg")
+    assert human.code == 1, human.stderr
+    for path in ("nothere.jpg", "photos/broken.png"):
+        (line,) = [line for line in (human.stdout + human.stderr).splitlines() if path in line]
+        assert line.startswith(f"✗ {path}: ") and line.count(path) == 1, line
+    assert "✗ nothere.jpg: no such file or folder" in human.stdout.splitlines()
+    as_json = explain(run_cli, Path("b"), "photos", "nothere.jpg")
+    assert [line for line in as_json.stderr.splitlines() if "nothere.jpg" in line] == ["gradcam: nothere.jpg: no such file or folder"]
+    assert [r["ok"] for r in as_json.records()] == [True, True, False, False]
+
+
+def test_human_lines_for_done_skipped_and_failed_records():
+    from gradcam_cli.cli import _human_line
+    from gradcam_cli.outputs import ImageRecord
+
+    skipped = ImageRecord(input="photo.jpg", ok=True, skipped=True, outputs=["out/photo.gradcam.png"])
+    assert _human_line(skipped) == "↷ photo.jpg: skipped, outputs exist (out/photo.gradcam.png)"
+    typed = ImageRecord(input="x.jpg", ok=False, error="./x.jpg: no such file or folder")  # the error says the path as typed
+    assert _human_line(typed) == "✗ ./x.jpg: no such file or folder"
+    bare = ImageRecord(input="x.jpg", ok=False, error="out of memory")
+    assert _human_line(bare) == "✗ x.jpg: out of memory"
+    done = ImageRecord(input="a.png", ok=True, outputs=["o/a.png"], class_index=3, class_name="cat", probability=0.5)
+    assert _human_line(done) == "✓ a.png → o/a.png  class 3 cat p=0.500"
+
+
+@pytest.mark.parametrize("as_json", [True, False], ids=["json", "terminal"])
+def test_a_failure_and_a_blank_map_are_each_said_once(as_json):
+    """As JSON: the record on stdout and one stderr line. On a terminal: the image's own line says it all."""
+    import io
+
+    from gradcam_cli.cli import Streams, _Reporter
+    from gradcam_cli.outputs import ImageRecord, TargetRecord
+
+    out, err = io.StringIO(), io.StringIO()
+    reporter = _Reporter(Streams(io.StringIO(), out, err), as_json=as_json, progress=None)
+    reporter.warn("out of memory on cpu with 8 images at once; retrying with 4")  # about the run: said as it comes
+    blank = TargetRecord(class_index=3, class_name=None, score=1.0, probability=0.5, blank=True, overlay="o/a.png")
+    reporter.record(ImageRecord(input="a.png", ok=True, outputs=["o/a.png"], class_index=3, probability=0.5, blank=True,
+                                targets=[blank], layers=["layer4"]))
+    reporter.record(ImageRecord(input="b.png", ok=False, error="b.png: cannot decode image (truncated)"))
+    reporter.close()
+    said = err.getvalue().splitlines()
+    if as_json:
+        assert said == ["gradcam: out of memory on cpu with 8 images at once; retrying with 4",
+                        "gradcam: a.png: the map for class 3 is blank (no positive evidence at layer4); "
+                        "try another --layer or --class",
+                        "gradcam: b.png: cannot decode image (truncated)"]
+        assert [json.loads(line)["input"] for line in out.getvalue().splitlines()] == ["a.png", "b.png"]
+    else:
+        assert said == ["gradcam: out of memory on cpu with 8 images at once; retrying with 4"]
+        assert out.getvalue().splitlines() == [
+            "✓ a.png → o/a.png  class 3 p=0.500  (blank map: try another --layer or --class)",
+            "✗ b.png: cannot decode image (truncated)",
+        ]
+
+
+COLORMAPS = "jet, turbo, viridis, inferno, magma, plasma, hot, gray"
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--colormap", "rainbow"], f"--colormap 'rainbow' is unknown; use one of {COLORMAPS}"),
+    (["--colormap", "trubo"], f"--colormap 'trubo' is unknown; use one of {COLORMAPS} (did you mean 'turbo'?)"),
+    (["--norm", "raw"], "--norm 'raw' is unknown; use one of minmax, none"),
+    (["--combine", "sum"], "--combine 'sum' is unknown; use one of mean, max, product"),
+    (["--precision", "fp64"], "--precision 'fp64' is unknown; use one of auto, fp32, bf16, fp16 (did you mean 'fp16'?)"),
+])
+def test_an_unknown_choice_is_one_plain_line(run_cli, tmp_path, args, line):
+    result = run_cli("explain", "x.jpg", "-m", "test_resnet", "-o", tmp_path / "out", *args)
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr == f"gradcam: error: {line}\n"
+
+
+def test_an_unknown_method_is_refused_like_the_other_choices(run_cli, tmp_path):
+    from gradcam_cli.methods import method_names
+
+    result = run_cli("explain", "x.jpg", "-m", "test_resnet", "--method", "gradcm", "-o", tmp_path / "out")
+    assert result.code == 2
+    assert result.stderr == (
+        f"gradcam: error: --method 'gradcm' is unknown; use one of {', '.join(method_names())} (did you mean 'gradcam'?)\n"
+    )
+    assert run_cli("explain", "x.jpg", "-m", "test_resnet", "--method", "GradCAM++", "--colormap", "Turbo",
+                   "--no-pretrained", "-o", tmp_path / "out").code == 1  # known values in any case: only x.jpg is missing
+
+
+@pytest.mark.parametrize("args,line", [
+    (["explain", "x.jpg", "--modle", "resnet50"], "No such option: --modle. Did you mean --model? (see: gradcam explain --help)"),
+    (["layers", "--dpth", "2", "resnet18"], "No such option: --dpth. Did you mean --depth? (see: gradcam layers --help)"),
+    (["explain", "x.jpg", "--alpha"], "Option '--alpha' requires an argument. (see: gradcam explain --help)"),
+    (["metods"], "No such command 'metods'. Did you mean 'methods'? (see: gradcam --help)"),
+])
+def test_a_usage_error_names_the_help_of_its_command(run_cli, args, line):
+    result = run_cli(*args)
+    assert result.code == 2 and result.stdout == ""
+    assert result.stderr == f"gradcam: error: {line}\n"
+
+
+def test_no_arguments_show_the_help_not_an_error(run_cli):
+    result = run_cli()
+    assert result.code == 2
+    assert result.stderr.startswith("Usage: gradcam") and "gradcam: error" not in result.stderr
 
 
 def test_version(run_cli):
@@ -245,6 +373,37 @@ def _console_script() -> str:
     return found
 
 
+FAIL_FAST_SCRIPT = """
+import sys
+from gradcam_cli.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as exit_:
+    print("CODE:", exit_.code)
+print("HEAVY:" + ",".join(sorted(m for m in ("torch", "timm", "torchvision") if m in sys.modules)))
+"""
+
+
+def test_a_missing_input_fails_at_once_without_loading_the_model(tmp_path):
+    """resnet50 with pretrained weights would load torch and try a download (seconds); nothing of it happens."""
+    def run(*args: str) -> tuple[float, subprocess.CompletedProcess]:
+        start = time.monotonic()
+        done = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        return time.monotonic() - start, done
+
+    gradcam = _console_script()
+    startup = min(run(gradcam, "--help")[0] for _ in range(2))
+    took, done = run(gradcam, "explain", "nothere.jpg", "--model", "resnet50")
+    assert done.returncode == 1
+    assert done.stderr == "gradcam: nothere.jpg: no such file or folder\n"
+    (record,) = [json.loads(line) for line in done.stdout.splitlines()]
+    assert record["input"] == "nothere.jpg" and record["ok"] is False
+    assert took < max(3.0, 3 * startup), (took, startup)  # --help costs ~0.4 s here, loading the model ~7 s
+
+    _, probe = run(sys.executable, "-c", FAIL_FAST_SCRIPT, "explain", "nothere.jpg", "--model", "resnet50")
+    assert probe.stdout.splitlines()[-2:] == ["CODE: 1", "HEAVY:"], probe.stdout + probe.stderr
+
+
 def test_installed_console_script_explains(tmp_path):
     src = write_image(tmp_path / "in.png", 64, 48, seed=11)
     done = subprocess.run(
@@ -269,37 +428,41 @@ def test_outputs_stay_in_output_dir_for_dotdot_inputs(run_cli, tmp_path, monkeyp
     assert result.code == 0, result.stderr
     out = (work / "out").resolve()
     written = [Path(o).resolve() for r in result.records() for o in r["outputs"]]
-    assert len(written) == 2 and len(set(written)) == 2
+    # one file named two ways: one output, a function of the path alone (absolute above the current folder)
+    assert len(written) == 2 and len(set(written)) == 1
+    assert written[0] == out / (tmp_path / "photos" / "a.png.gradcam.png").relative_to("/")
     for path in written:
         assert path.is_relative_to(out) and path.is_file()
     assert sorted(p.name for p in tmp_path.joinpath("photos").iterdir()) == ["a.png"]
 
 
 def test_an_input_is_never_overwritten(run_cli, tmp_path):
-    """Named inputs are protected even when a later one would be hit by an earlier one's overlay."""
-    folder = tmp_path / "pics"
-    write_image(folder / "a.png", seed=13)
-    write_image(folder / "a.gradcam.png", seed=14)  # the name a.png's overlay would get
-    before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    result = explain(run_cli, folder, folder / "a.png", folder / "a.gradcam.png", "--batch-size", "1")
+    """An input reached through a link into the output folder is protected from an overlay written there."""
+    out = tmp_path / "out"
+    write_image(tmp_path / "a.png", seed=13)
+    write_image(out / "a.png.gradcam.png", seed=14)  # where a.png's overlay goes: a photo of the user's
+    (tmp_path / "link.png").symlink_to(out / "a.png.gradcam.png")  # ... which is also an input, by a link
+    before = (out / "a.png.gradcam.png").read_bytes()
+    result = explain(run_cli, out, "a.png", "link.png", "--batch-size", "1")
     assert result.code == 1
-    for name, data in before.items():
-        assert (folder / name).read_bytes() == data, f"input {name} was overwritten"
+    assert (out / "a.png.gradcam.png").read_bytes() == before, "the input behind link.png was overwritten"
     records = {Path(r["input"]).name: r for r in result.records()}
-    assert records["a.gradcam.png"]["error"] is None
+    assert records["link.png"]["error"] is None
     assert "overwrite" in records["a.png"]["error"]
 
 
-def test_a_rerun_into_the_input_folder_skips_its_own_overlays(run_cli, tmp_path):
+def test_a_rerun_into_the_input_folder_skips_its_own_overlays(run_cli, tmp_path, monkeypatch):
     folder = tmp_path / "pics"
     write_image(folder / "a.png", seed=13)
     write_image(folder / "photo.v2.png", seed=16)  # dotted names are still inputs
-    first = explain(run_cli, folder, folder)
-    second = explain(run_cli, folder, folder)
+    monkeypatch.chdir(folder)  # overlays beside the images: run where they are, with -o .
+    first = explain(run_cli, Path("."), ".")
+    second = explain(run_cli, Path("."), ".")
     assert first.code == second.code == 0
     names = sorted(Path(r["input"]).name for r in second.records())
     assert names == ["a.png", "photo.v2.png"]
-    assert sorted(p.name for p in folder.iterdir()) == ["a.gradcam.png", "a.png", "photo.v2.gradcam.png", "photo.v2.png"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "a.png", "a.png.gradcam.png", "photo.v2.png", "photo.v2.png.gradcam.png"]
 
 
 # ---------------------------------------------------------------- image kinds

@@ -5,6 +5,7 @@ they run here with random weights (`--no-pretrained`), one small image each.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,58 @@ def test_not_yaml_and_missing_preset_are_usage_errors(run_cli, tmp_path):
         result = run_cli("explain", "--config", preset, "-o", tmp_path / "out", image)
         assert result.code == 2 and str(preset) in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- one table, one validation, one path rule
+
+def _readme_preset_keys() -> list[str]:
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"Keys are the option\s+names: `([^`]+)`", readme)
+    assert listed, "the README's Run presets section lists the preset keys"
+    return [key.strip() for key in listed.group(1).replace("\n", " ").split(",") if key.strip()]
+
+
+def test_every_preset_key_the_readme_lists_is_accepted(tmp_path):
+    from gradcam_cli.config import PRESET_KEYS
+
+    keys = _readme_preset_keys()
+    assert "skip_existing" in keys and set(keys) <= set(PRESET_KEYS), set(keys) - set(PRESET_KEYS)
+    samples = {bool: "true", int: "1", float: "0.5"}
+    for key in keys:
+        kind = {"_as_bool": bool, "_as_int": int, "_as_float": float}.get(PRESET_KEYS[key][1].__name__)
+        preset = tmp_path / f"{key}.yaml"
+        preset.write_text(f"{key}: {samples.get(kind, 'value')}\n", encoding="utf-8")
+        assert PRESET_KEYS[key][0] in load_preset(preset), key
+
+
+@pytest.mark.parametrize("option, key, value", [("--max-pixels", "max_pixels", -5), ("--topk", "topk", 0),
+                                                ("--workers", "workers", -1), ("--batch-size", "batch_size", 0)])
+def test_a_preset_value_is_checked_as_the_flag_is(run_cli, tmp_path, option, key, value):
+    """`max_pixels: -5` must not turn the decompression-bomb guard off: the same check and message as the flag."""
+    image = write_image(tmp_path / "in.png")
+    preset = tmp_path / "p.yaml"
+    preset.write_text(f"model: test_resnet\npretrained: false\n{key}: {value}\n", encoding="utf-8")
+    from_preset = run_cli("explain", "--config", preset, "-o", tmp_path / "out", image)
+    from_flag = run_cli("explain", "-m", "test_resnet", "--no-pretrained", option, str(value), "-o", tmp_path / "out", image)
+    for result in (from_preset, from_flag):
+        assert result.code == 2, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert f"{option} (preset key {key}) {value}: must be" in line, line
+    assert from_preset.stderr == from_flag.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_path_key_is_relative_to_the_preset(run_cli, tmp_path):
+    (tmp_path / "presets").mkdir()
+    preset = tmp_path / "presets" / "p.yaml"
+    preset.write_text("model: test_resnet\npretrained: false\noutput_dir: results\nlabels: ~/l.txt\n", encoding="utf-8")
+    values = load_preset(preset)
+    assert Path(values["output_dir"]) == tmp_path / "presets" / "results"
+    assert Path(values["labels"]) == Path("~/l.txt").expanduser()
+    preset.write_text("model: test_resnet\npretrained: false\noutput_dir: results\n", encoding="utf-8")
+    image = write_image(tmp_path / "in.png")
+    result = run_cli("explain", "--config", preset, "--json", image)
+    assert result.code == 0, result.stderr
+    assert Path(result.records()[0]["outputs"][0]).is_relative_to(tmp_path / "presets" / "results")

@@ -31,7 +31,30 @@ def test_every_option_is_in_the_readme(command: str) -> None:
     assert not missing, f"options of `gradcam {command}` missing from README.md: {missing}"
 
 
-def test_readme_test_command_is_what_ci_runs() -> None:
-    test_command = re.search(r"## Tests\s+```\s*\n(.+?)\n```", README, re.S)
-    assert test_command is not None
-    assert test_command.group(1).strip() in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+def test_readme_test_commands_are_what_ci_runs() -> None:
+    """The Tests section installs the test extras, then runs the suite; CI runs the same lines."""
+    section = re.search(r"## Tests\n(.+?)\n## ", README, re.S)
+    assert section is not None
+    block = re.search(r"```\s*\n(.+?)\n```", section.group(1), re.S)
+    assert block is not None
+    lines = [line.strip() for line in block.group(1).splitlines() if line.strip()]
+    assert lines[0] == "pip install -e '.[test]'" and lines[-1] == "python -m pytest -q"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "python -m pip install -q -e '.[test]'" in ci and "python -m pytest -q" in ci
+
+
+REPO_PATH = re.compile(r"(?<![\w/.-])((?:examples|configs|benchmarks|tests|gradcam_cli|\.ci)/[\w./-]*)")
+
+
+def _readme_commands() -> list[str]:
+    """The code blocks and inline code of the README: everything a reader may copy and run."""
+    blocks = re.findall(r"```[a-z]*\n(.+?)```", README, re.S)
+    inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.+?```", "", README, flags=re.S))
+    return blocks + inline
+
+
+def test_every_repository_path_in_the_readme_exists() -> None:
+    paths = {m.rstrip(".,:") for text in _readme_commands() for m in REPO_PATH.findall(text)}
+    assert {"examples/photos/cat.jpg", "configs/swin_tiny.yaml"} <= paths  # the scan sees the commands
+    missing = sorted(p for p in paths if not any(c in p for c in "*?[") and not (ROOT / p).exists())
+    assert not missing, f"README.md names repository paths that do not exist: {missing}"

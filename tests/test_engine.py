@@ -65,7 +65,7 @@ def test_worker_count_does_not_change_a_byte(run_cli, tmp_path) -> None:
         result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "4",
                          "--workers", str(workers), "-o", out, "--json", "--save-raw")
         assert result.code == 0, result.stderr
-        outputs[workers] = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+        outputs[workers] = {p.name: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     assert outputs[1] == outputs[4] and len(outputs[1]) == 12
 
 

@@ -281,3 +281,191 @@ def test_unreadable_file_is_an_error_record(run_cli, tmp_path, one_thread):
     assert records["locked.png"]["ok"] is False
     assert "permission denied" in records["locked.png"]["error"]
     assert result.code == 1
+
+
+# ---------------------------------------------------------------- special files, bad paths, odd names
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _subprocess_cli(*args: str, stdin=None, timeout: float = 120):
+    """The real CLI in its own process: a hang shows as a timeout, a signal reaches it as it would a user's."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "gradcam_cli", "explain", *args], stdin=stdin, capture_output=True,
+                          timeout=timeout, env=env)
+
+
+def _lines(stdout: bytes) -> list[dict]:
+    import json
+
+    return [json.loads(line.decode("utf-8")) for line in stdout.splitlines() if line.strip()]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_named_pipe_never_blocks_the_run(tmp_path):
+    """A FIFO named as an argument and one found in a scanned folder: error records, the others explained."""
+    folder = tmp_path / "in"
+    write_image(folder / "a.png", 40, 30, seed=1)
+    os.mkfifo(folder / "pipe.jpg")  # found by the scan: it has an image suffix
+    os.mkfifo(tmp_path / "named.png")
+    write_image(tmp_path / "z.png", 40, 30, seed=2)
+    done = _subprocess_cli(str(folder), str(tmp_path / "named.png"), str(tmp_path / "z.png"), *TINY,
+                           "-o", str(tmp_path / "out"), timeout=90)
+    stderr = done.stderr.decode()
+    _assert_clean_stderr(stderr)
+    records = {Path(r["input"]).name: r for r in _lines(done.stdout)}
+    assert set(records) == {"a.png", "pipe.jpg", "named.png", "z.png"}
+    assert records["a.png"]["ok"] and records["z.png"]["ok"]
+    for name in ("pipe.jpg", "named.png"):
+        assert records[name]["ok"] is False and "named pipe (FIFO)" in records[name]["error"], records[name]
+    assert done.returncode == 1
+
+
+def test_bad_paths_each_get_a_record_and_the_rest_go_on(run_cli, tmp_path, one_thread):
+    """A NUL byte and a name over 255 bytes, on stdin and as arguments, between good inputs."""
+    write_image(tmp_path / "a.png", 40, 30, seed=1)
+    write_image(tmp_path / "b.png", 40, 30, seed=2)
+    long_name = "n" * 300 + ".png"
+    stdin = f"a.png\nbad\0name.png\n{long_name}\nb.png\n"
+    result = run_cli("explain", "-", *TINY, "-o", "out", stdin=stdin)
+    _assert_clean_stderr(result.stderr)
+    records = result.records()
+    assert [r["ok"] for r in records] == [True, False, False, True]
+    assert "NUL byte" in records[1]["error"] and "304 bytes" in records[2]["error"]
+    assert all(len(r["error"]) < 300 for r in records[1:3]), "an offending path is cut in the message"
+    assert result.code == 1
+
+    arguments = run_cli("explain", "a.png", long_name, "b.png", *TINY, "-o", "out2")
+    assert [r["ok"] for r in arguments.records()] == [True, False, True]
+    assert arguments.code == 1
+
+
+def test_a_path_list_with_a_byte_order_mark_and_crlf_lines(run_cli, tmp_path, one_thread):
+    write_image(tmp_path / "a.png", 40, 30, seed=1)
+    write_image(tmp_path / "b.png", 40, 30, seed=2)
+    result = run_cli("explain", "-", *TINY, "-o", "out", stdin="\ufeffa.png\r\nb.png\r\n")
+    assert result.code == 0, result.stderr
+    assert [r["input"] for r in result.records()] == ["a.png", "b.png"]
+
+
+def test_stdin_without_newlines_stops_with_bounded_memory(tmp_path):
+    """`gradcam explain - < /dev/zero`: one error record after a megabyte, no growth, no hang."""
+    with open("/dev/zero", "rb") as zeros:
+        done = _subprocess_cli("-", *TINY, "-o", str(tmp_path / "out"), stdin=zeros, timeout=90)
+    stderr = done.stderr.decode()
+    _assert_clean_stderr(stderr)
+    (record,) = _lines(done.stdout)
+    assert record["ok"] is False and "without a newline" in record["error"]
+    assert done.returncode == 1
+
+
+def test_names_that_are_not_utf8_give_valid_utf8_json(tmp_path, one_thread):
+    """Undecodable bytes of a name are written as \\xNN in the records; the output file keeps the real bytes."""
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    good = write_image(tmp_path / "seed.png", 40, 30, seed=3)
+    name = b"caf\xe9 \xff.png"
+    with open(os.fsencode(folder) + b"/" + name, "wb") as handle:
+        handle.write(good.read_bytes())
+    done = _subprocess_cli(str(folder), *TINY, "-o", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr.decode()
+    for line in done.stdout.splitlines():
+        line.decode("utf-8")  # strict: every line is valid UTF-8
+    (record,) = _lines(done.stdout)
+    assert record["input"].endswith("caf\\xe9 \\xff.png") and record["ok"]
+    written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert [os.fsencode(p.name) for p in written] == [name + b".gradcam.png"]
+
+
+def test_skip_existing_with_an_output_name_too_long_is_an_error_record(run_cli, tmp_path, one_thread):
+    """The input's name fits (250 bytes), its overlay's (262) cannot: an error record, not exit 3."""
+    long_input = write_image(tmp_path / ("x" * 246 + ".png"), 40, 30, seed=4)
+    write_image(tmp_path / "ok.png", 40, 30, seed=5)
+    for _ in range(2):  # the first run and a resume
+        result = run_cli("explain", long_input, "ok.png", *TINY, "-o", "out", "--skip-existing")
+        _assert_clean_stderr(result.stderr)
+        records = result.records()
+        assert [r["ok"] for r in records] == [False, True], result.stderr
+        assert "262 bytes" in records[0]["error"] and "shorter name" in records[0]["error"]
+        assert result.code == 1
+
+
+def test_names_of_240_to_255_bytes_are_written(run_cli, tmp_path, one_thread):
+    """The temporary name is short and fixed: whenever the final name fits, it does too."""
+    source = write_image(tmp_path / ("y" * 239 + ".png"), 40, 30, seed=6)  # overlay name: 255 bytes exactly
+    result = run_cli("explain", source.name, *TINY, "-o", "out")
+    assert result.code == 0, result.stderr
+    (overlay,) = result.records()[0]["outputs"]
+    assert len(Path(overlay).name.encode()) == 255 and _overlay_size(Path(overlay)) == (40, 30)
+
+
+def test_same_stem_different_suffix_get_names_of_their_own(run_cli, tmp_path, one_thread):
+    """x.jpg and x.png: each output name is a function of the input path alone, so a later run agrees."""
+    write_image(tmp_path / "x.jpg", 40, 30, seed=7)
+    write_image(tmp_path / "x.png", 48, 30, seed=8)
+    both = run_cli("explain", "x.jpg", "x.png", *TINY, "-o", "out")
+    assert [Path(r["outputs"][0]).name for r in both.records()] == ["x.jpg.gradcam.png", "x.png.gradcam.png"]
+    alone = run_cli("explain", "x.png", *TINY, "-o", "out", "--skip-existing")
+    (record,) = alone.records()
+    assert record["skipped"] and record["outputs"] == both.records()[1]["outputs"]
+
+
+def test_one_file_named_every_way_has_one_output_name(run_cli, tmp_path, one_thread):
+    """Relative, ./, absolute, ../ from a sub-folder, folder scan, glob and stdin: all the same output path."""
+    image = write_image(tmp_path / "photos" / "cat.png", 40, 30, seed=9)
+    out = (tmp_path / "out").resolve()
+    expected = out / "photos" / "cat.png.gradcam.png"
+    ways = [("photos/cat.png",), ("./photos/cat.png",), (str(image),), ("photos",), ("photos/*.png",), ("-",)]
+    for way in ways:
+        result = run_cli("explain", *way, *TINY, "-o", str(out), stdin="photos/cat.png\n")
+        (record,) = result.records()
+        assert Path(record["outputs"][0]) == expected, way
+
+
+def test_output_folder_inside_the_input_tree_with_globs_and_stdin(run_cli, tmp_path, one_thread):
+    """Re-runs never read our own outputs back, never fail on them, never nest deeper."""
+    write_image(tmp_path / "data" / "a.png", 40, 30, seed=10)
+    write_image(tmp_path / "data" / "sub" / "b.png", 40, 30, seed=11)
+    for _ in range(3):
+        listing = "".join(f"{p.relative_to(tmp_path)}\n" for p in sorted((tmp_path / "data").rglob("*.png")))
+        piped = run_cli("explain", "-", *TINY, "-o", "data/out", stdin=listing)
+        globbed = run_cli("explain", "data/**/*.png", *TINY, "-o", "data/out")
+        for result in (piped, globbed):
+            assert result.code == 0, result.stderr
+            assert sorted(Path(r["input"]).name for r in result.records()) == ["a.png", "b.png"]
+    written = sorted(p.relative_to(tmp_path / "data" / "out").as_posix() for p in (tmp_path / "data" / "out").rglob("*.png"))
+    assert written == ["data/a.png.gradcam.png", "data/sub/b.png.gradcam.png"]
+    assert "gradcam outputs" in globbed.stderr and "skipped" in globbed.stderr
+
+
+def test_an_unreadable_sub_folder_is_reported(run_cli, tmp_path, monkeypatch, one_thread):
+    """Tests run as root, who reads any folder: the refusal is made by the OS call the scan uses."""
+    write_image(tmp_path / "d" / "a.png", 40, 30, seed=12)
+    write_image(tmp_path / "d" / "locked" / "b.png", 40, 30, seed=13)
+    real_scandir = os.scandir
+    locked = str(tmp_path / "d" / "locked")
+
+    def scandir(path="."):
+        if os.fspath(path) in (locked, "d/locked"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    result = run_cli("explain", "d", "-r", *TINY, "-o", "out")
+    records = result.records()
+    assert [r["ok"] for r in records] == [True, False]
+    assert "cannot read this folder" in records[1]["error"] and "Permission denied" in records[1]["error"]
+    assert "locked" in records[1]["input"]
+    assert result.code == 1
+
+
+def test_sub_folders_left_out_without_r_are_counted(run_cli, tmp_path, one_thread):
+    write_image(tmp_path / "d" / "a.png", 40, 30, seed=14)
+    for name in ("one", "two"):
+        write_image(tmp_path / "d" / name / "b.png", 40, 30, seed=15)
+    result = run_cli("explain", "d", *TINY, "-o", "out")
+    assert result.code == 0 and len(result.records()) == 1
+    assert re.search(r"d: 2 sub-folders not scanned .*add -r to recurse", result.stderr), result.stderr

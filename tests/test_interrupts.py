@@ -33,7 +33,8 @@ def _explain(folder: Path, out: Path, *extra: str) -> subprocess.Popen:
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    """Every file below the folder (outputs mirror the inputs' sub-folders) by its path there."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
@@ -55,8 +56,8 @@ def test_a_signal_mid_batch_leaves_whole_files_and_skip_existing_does_the_rest(t
     assert "interrupted" in stderr and "--skip-existing" in stderr and "Traceback" not in stderr
     assert len(first) < count, "the run stopped before the end"
 
-    written = sorted(out.glob("*.png"))
-    assert not [p for p in out.iterdir() if p.name.startswith(".")], "no temporary or partial file is left"
+    written = sorted(out.rglob("*.png"))
+    assert not [p for p in out.rglob(".*")], "no temporary or partial file is left"
     from PIL import Image
 
     for path in written:  # every file there is whole
@@ -73,7 +74,7 @@ def test_a_signal_mid_batch_leaves_whole_files_and_skip_existing_does_the_rest(t
     redone = {r["input"] for r in records if not r["skipped"]}
     assert len(skipped) == len(written) and len(redone) == count - len(written)
     assert f"{len(skipped)} skipped" in stderr
-    assert len(list(out.glob("*.png"))) == count, "together the two runs explained every input once"
+    assert len(list(out.rglob("*.png"))) == count, "together the two runs explained every input once"
     assert _snapshot(folder) == inputs
 
 
@@ -153,5 +154,47 @@ def test_a_full_disk_stops_the_run_with_one_message(run_cli, tmp_path, monkeypat
     assert "Traceback" not in result.stderr
     records = result.records()
     assert len(records) == 3 and all(r["ok"] for r in records), "the images written before are reported"
-    assert sorted(p.name for p in out.iterdir()) == sorted(Path(p).name for p in writes)
+    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == sorted(Path(p).name for p in writes)
     assert _snapshot(folder) == inputs
+
+
+def test_a_stop_request_waits_for_a_checkpoint_and_a_second_signal_does_not():
+    """While images stream a signal only asks; the engine stops at its next checkpoint (no lock left held)."""
+    from gradcam_cli.errors import Interrupted
+    from gradcam_cli.signals import StopRequests
+
+    with StopRequests() as stops:
+        with pytest.raises(Interrupted) as first:
+            with stops.deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)  # the handler has run by now: it did not raise
+                reached = True
+                stops.checkpoint()
+        assert reached and first.value.exit_code == 143
+    with StopRequests() as stops, pytest.raises(Interrupted):
+        with stops.deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            os.kill(os.getpid(), signal.SIGINT)  # pressed again: at once
+            time.sleep(1)
+            pytest.fail("a second Ctrl-C must stop at once")
+
+
+def test_ctrl_c_stops_a_run_waiting_for_paths_on_stdin(tmp_path) -> None:
+    """`producer | gradcam explain -` with a producer that stays quiet: Ctrl-C still stops it at once."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "gradcam_cli", "explain", "-", "--model", "test_resnet",
+                                "--no-pretrained", "-o", str(tmp_path / "out"), "--json"],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stderr is not None
+    first = process.stderr.readline()  # said when the run starts, just before it reads stdin (left open, empty)
+    assert "--no-pretrained" in first, first
+    time.sleep(0.5)
+    started = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    try:
+        _stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert time.monotonic() - started < 10 and "interrupted by Ctrl-C" in stderr and "Traceback" not in stderr

@@ -189,7 +189,7 @@ def test_non_finite_image_is_an_error_record_and_the_rest_are_explained(run_cli,
         raw = np.load(record["targets"][0]["raw"])
         assert raw.shape == (48, 64) and np.isfinite(raw).all() and raw.max() > 0.5, name
     assert not [p.name for p in out.rglob("img_2*")], "a file was written for the non-finite image"
-    assert len(list(out.iterdir())) == 8  # overlay + .npy for each of the 4 good images
+    assert len([p for p in out.rglob("*") if p.is_file()]) == 8  # overlay + .npy for each of the 4 good images
 
 
 # ---------------------------------------------------------------- outputs under -o, inputs untouched
@@ -230,13 +230,16 @@ def test_absolute_relative_and_symlinked_inputs_write_only_under_the_output_fold
 
     written = [Path(p) for r in records for t in r["targets"] for p in (t["overlay"], t["raw"])]
     resolved = [(work / p).resolve() for p in written]
-    assert len(set(resolved)) == 12, "two inputs were given the same output"
+    # links/named.png is named and also found in links/: the same path, the same outputs; all else distinct
+    assert [Path(r["input"]).name for r in records[2:5]] == ["named.png", "found.jpg", "named.png"]
+    assert records[2]["outputs"] == records[4]["outputs"]
+    assert len(set(resolved)) == 10, "two inputs were given the same output"
     for path in resolved:
         assert path.is_relative_to(out.resolve()) and path.is_file(), path
     after = _tree(tmp_path)
     new = {k for k in after if k not in before}
     assert all(k.startswith("out" + os.sep) for k in new), sorted(new)
-    assert len(new) == 12
+    assert len(new) == 10
     assert {k: after[k] for k in before} == before, "an input (or a link to one) was changed"
 
 
@@ -261,9 +264,10 @@ def test_output_folder_is_the_input_folder_and_inputs_are_named_every_way(run_cl
     after = _tree(tmp_path)
     assert {k: after[k] for k in before} == before, "an input was overwritten"
     new = sorted(k for k in after if k not in before)
-    assert len(new) == 18 and all(k.startswith("pics" + os.sep) for k in new), new
+    # the 3 named again are the same paths as 3 found in the folder: the same outputs (overlay + .npy each)
+    assert len(new) == 12 and all(k.startswith("pics" + os.sep) for k in new), new
     written = [(work / p).resolve() for r in records for t in r["targets"] for p in (t["overlay"], t["raw"])]
-    assert len(set(written)) == 18
+    assert len(set(written)) == 12
 
     # a second run into the same folder: its own overlays are skipped, no input changes
     again = run_cli("explain", "../pics", "-r", *TINY, "-o", str(folder))
@@ -274,14 +278,16 @@ def test_output_folder_is_the_input_folder_and_inputs_are_named_every_way(run_cl
 
 
 def test_a_symlinked_input_is_not_replaced_by_another_inputs_overlay(run_cli, tmp_path):
-    """`a.gradcam.png` is a link to a photo elsewhere and is itself an input: a.png's overlay must not replace it."""
-    folder = tmp_path / "pics"
-    write_image(folder / "a.png", seed=70)
+    """An input is a link that lies where a.png's overlay goes: the overlay must not replace the link."""
+    out = tmp_path / "out"
+    write_image(tmp_path / "a.png", seed=70)
     write_image(tmp_path / "far" / "photo.png", seed=71)
-    link = folder / "a.gradcam.png"
+    out.mkdir()
+    link = out / "a.png.gradcam.png"
     link.symlink_to(tmp_path / "far" / "photo.png")
-    result = run_cli("explain", folder / "a.png", link, *TINY, "-b", "1", "-o", folder)
+    (tmp_path / "via.png").symlink_to(link)  # the link reached as an input under another name
+    result = run_cli("explain", "a.png", "via.png", *TINY, "-b", "1", "-o", out)
     records = {Path(r["input"]).name: r for r in result.records()}
-    assert link.is_symlink(), "the input a.gradcam.png (a link) was replaced by an overlay"
-    assert records["a.gradcam.png"]["ok"] is True
+    assert link.is_symlink(), "the link under the output folder (an input, via via.png) was replaced by an overlay"
+    assert records["via.png"]["ok"] is True
     assert result.code == 1 and "overwrite" in records["a.png"]["error"]
