@@ -6,11 +6,15 @@ waits on that lock for ever on the way out. So while images stream, a signal
 only records the request, and the engine stops at its next checkpoint
 (between images, between chunks of masked forwards). Where the wait may be
 long and holds no lock of ours (loading the model, reading paths from stdin),
-or when the signal comes a second time, it is raised at once.
+it is raised at once. A second signal while one waits ends the process at
+once: every output name still holds a whole file (files are renamed into
+place), and a temporary file it may leave is cleared by the next run.
 """
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, TypeVar
@@ -51,8 +55,12 @@ class StopRequests:
     def _handle(self, signum: int, _frame: Any) -> None:
         self.signum = signum
         self.count += 1
-        if self._raise_at_once or self.count > 1:
+        if self._raise_at_once:
             raise interrupted(signum)
+        if self.count > 1:  # asked twice: no exception here (it could leave a lock held), the process ends
+            error = interrupted(signum)
+            os.write(sys.stderr.fileno(), f"gradcam: {error} (stopped at once: asked twice)\n".encode())
+            os._exit(int(error.exit_code))
 
     def checkpoint(self) -> None:
         """Where the engine may stop: raise the request if one came."""
