@@ -19,7 +19,7 @@ from .targets import FixedTargets
 if TYPE_CHECKING:
     import torch
 
-    from .cams import CamBatch, CamOptions
+    from .maps import CamBatch, CamOptions
     from .targets import TargetChoice
 
 SCALES = (1.0, 1.1, 0.9)
@@ -100,7 +100,7 @@ def smoothed(
     """The average of the maps of every view, renormalised; the rest from the unaugmented view."""
     from dataclasses import replace
 
-    from .cams import normalise
+    from .maps import normalise
 
     first = run(x, targets)
     fixed = FixedTargets(first.targets)

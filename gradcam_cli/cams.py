@@ -8,15 +8,17 @@ and images so the Python API and the CLI share it.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
 
 from .extractor import LayerRecorder
 from .layout import Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
+from .maps import (  # noqa: F401  (re-exported: the result types and options live in maps.py)
+    COMBINES, EPSILON, NORMS, CamBatch, CamOptions, Combine, NetworkGradients, Norm, ProgressFn, combine_layers,
+    finish_maps, finite_rows, normalise,
+)
 from .methods import MethodKind
 from .methods.projection import first_component
-from .preprocess import resize
 
 if TYPE_CHECKING:
     import torch
@@ -25,151 +27,6 @@ if TYPE_CHECKING:
     from .layers import ResolvedLayer
     from .methods import CamMethod
     from .targets import TargetChoice
-
-EPSILON = 1e-7
-
-
-class Norm(str, Enum):
-    minmax = "minmax"  # each map scaled to [0, 1]
-    none = "none"  # raw values, for users who need them (written by --save-raw)
-
-
-class Combine(str, Enum):
-    mean = "mean"
-    max = "max"
-    product = "product"
-
-
-NORMS = tuple(n.value for n in Norm)
-COMBINES = tuple(c.value for c in Combine)
-
-# progress(what, done, total): long per-batch work (masked forwards) reports here
-ProgressFn = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class CamOptions:
-    """How maps are post-processed, and the knobs of the costlier methods."""
-
-    relu: bool = True
-    norm: str = "minmax"  # "minmax": each map in [0, 1]; "none": the raw values
-    combine: str = "mean"  # how several layers' maps are merged
-    eigen_smooth: bool = False  # reduce channels by the first principal component
-    aug_smooth: bool = False  # average over flips and rescalings (see augment.py)
-    cam_batch_size: int = 32  # masked/ablated forwards per pass (scorecam, ablationcam)
-    precision: "torch.dtype | None" = None  # autocast dtype of the model's passes; the CAM maths stay fp32
-    progress: ProgressFn | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, not {self.norm!r}")
-        if self.combine not in COMBINES:
-            raise ValueError(f"combine must be one of {COMBINES}, not {self.combine!r}")
-        if self.cam_batch_size < 1:
-            raise ValueError("cam_batch_size must be 1 or more")
-
-
-@dataclass
-class CamBatch:
-    """Maps (N, K, H, W) at the input size, with what was explained.
-
-    `maps` are in [0, 1] with norm "minmax", raw values with norm "none".
-    `guided` holds the guided-backprop x CAM images (N, K, 3, H, W) of
-    guided methods, else None.
-    """
-
-    maps: "torch.Tensor"
-    blank: "torch.Tensor"  # (N, K) bool: nothing survived the ReLU / a flat map
-    finite: "torch.Tensor"  # (N,) bool: scores and gradients were finite
-    logits: "torch.Tensor"  # (N, classes)
-    targets: "torch.Tensor"  # (N, K) class indices
-    guided: "torch.Tensor | None" = None
-
-    def to_cpu(self) -> "CamBatch":
-        """One transfer per batch, so writer threads never touch the device."""
-        from dataclasses import replace
-
-        return replace(
-            self, maps=self.maps.cpu(), blank=self.blank.cpu(), finite=self.finite.cpu(), logits=self.logits.cpu(),
-            targets=self.targets.cpu(), guided=None if self.guided is None else self.guided.cpu(),
-        )
-
-
-@dataclass(frozen=True)
-class NetworkGradients:
-    """What a whole-network method (FullGrad) receives for one target rank."""
-
-    inputs: "torch.Tensor"  # (N, 3, H, W) the input batch
-    input_grad: "torch.Tensor"  # d(score)/d(input)
-    layers: list[tuple["nn.Module", "torch.Tensor"]]  # (module, d(score)/d(its output)) for each hooked layer
-    eigen_smooth: bool = False
-
-
-def normalise(maps: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Per-map min-max to [0, 1]; a flat map is blank and becomes zeros, never NaN.
-
-    Flatness is judged relative to the map's own magnitude, not in absolute
-    terms: a CAM scales with the score, and models with small gradients at the
-    layer (LayerScale ViTs such as timm's test_vit2 give spans near 1e-8) still
-    have a real pattern. An all-zero map (nothing survived the ReLU) stays blank.
-    """
-    import torch
-
-    flat = maps.flatten(start_dim=-2)
-    low = flat.min(dim=-1).values[..., None, None]
-    high = flat.max(dim=-1).values[..., None, None]
-    span = high - low
-    blank = (span <= EPSILON * torch.maximum(high.abs(), low.abs())).squeeze(-1).squeeze(-1)
-    scaled = (maps - low) / span.masked_fill(span <= 0, 1.0)
-    scaled = scaled.masked_fill(blank[..., None, None], 0.0)
-    return scaled.clamp_(0.0, 1.0), blank
-
-
-def combine_layers(per_layer: Sequence["torch.Tensor"], how: str) -> "torch.Tensor":
-    """Several layers' maps (each N×H×W, same size) → one."""
-    import torch
-
-    if len(per_layer) == 1:
-        return per_layer[0]
-    stacked = torch.stack(list(per_layer))
-    if how == "max":
-        return stacked.amax(dim=0)
-    if how == "product":
-        return stacked.prod(dim=0)
-    return stacked.mean(dim=0)
-
-
-def finish_maps(
-    raw_per_layer: Sequence["torch.Tensor"], size: tuple[int, int], options: CamOptions
-) -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Raw layer maps → one map per image, and whether it is blank.
-
-    Each layer is normalised at its own resolution, before upsampling: bilinear
-    upsampling shaves a peak by an amount that depends on the layer's stride, so
-    normalising afterwards would weigh coarse layers by an interpolation artefact.
-    This is also pytorch-grad-cam's order, so multi-layer maps match the reference.
-    """
-    per_layer = []
-    for raw in raw_per_layer:
-        if options.relu:
-            raw = raw.clamp(min=0)
-        if options.norm == "minmax":
-            raw = normalise(raw)[0]
-        per_layer.append(resize(raw, size))  # half-pixel bilinear, as cv2.resize: maps match the reference
-    combined = combine_layers(per_layer, options.combine)
-    scaled, blank = normalise(combined)
-    return (scaled if options.norm == "minmax" else combined), blank
-
-
-def finite_rows(*tensors: "torch.Tensor") -> "torch.Tensor":
-    """(N,) bool: every value of each image's row is finite, in all the tensors."""
-    finite = None
-    for t in tensors:
-        rows = t.flatten(start_dim=1).isfinite().all(dim=1)
-        finite = rows if finite is None else finite & rows
-    assert finite is not None
-    return finite
-
 
 @dataclass
 class _Job:

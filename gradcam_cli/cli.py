@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import os
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Iterator, Optional, TextIO
@@ -17,7 +16,7 @@ from typing import Annotated, Any, Iterator, Optional, TextIO
 import typer
 
 from . import __version__
-from .cams import Combine, Norm
+from .maps import Combine, Norm
 from .errors import ExitCode, GradcamError, Interrupted, UsageError
 from .signals import StopRequests, interrupted
 from .images import DEFAULT_MAX_PIXELS, Colormap

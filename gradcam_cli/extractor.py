@@ -7,61 +7,17 @@ layers and never touches parameter `.grad`.
 """
 from __future__ import annotations
 
-from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any, Iterator
+from contextlib import ExitStack
+from typing import TYPE_CHECKING, Any
 
 from .errors import LayerError
+from .state import eval_mode, first_tensor, frozen_parameters
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
     from .layers import ResolvedLayer
-
-
-@contextmanager
-def eval_mode(model: "nn.Module") -> Iterator[None]:
-    """Eval mode inside; every module's own train/eval flag restored after.
-
-    Per module, not just the root: `model.train(flag)` would undo a fine-tuning
-    setup such as a train-mode model with frozen (eval) BatchNorm.
-    """
-    modes = [(module, module.training) for module in model.modules()]
-    try:
-        model.eval()
-        yield
-    finally:
-        for module, training in modes:
-            module.training = training
-
-
-@contextmanager
-def frozen_parameters(model: "nn.Module") -> Iterator[None]:
-    """No parameter requires grad inside; every flag restored after.
-
-    Then autograd saves nothing for weight gradients and, with an input that
-    does not require grad either, the graph starts at the first target layer:
-    the forward keeps no activations below it and the backward stops there.
-    """
-    flags = [(p, p.requires_grad) for p in model.parameters()]
-    try:
-        for p, _ in flags:
-            p.requires_grad_(False)
-        yield
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-
-
-def first_tensor(output: Any) -> "torch.Tensor | None":
-    """The tensor a module produced (tuple outputs such as (x, attn) give their first)."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    return None
 
 
 class LayerRecorder:

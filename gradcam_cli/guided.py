@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 if TYPE_CHECKING:
     import torch
 
-    from .cams import CamOptions
+    from .maps import CamOptions
 
 
 def _activation_functions() -> set[Any]:
@@ -67,7 +67,7 @@ class GuidedBackprop:
         The pixel map is the largest magnitude over the colour channels, the
         usual way to show an input-level attribution as one heat map.
         """
-        from .cams import normalise
+        from .maps import normalise
 
         image = cam[:, None].to(backprop.dtype) * backprop
         pixel = image.abs().amax(dim=1)

@@ -178,7 +178,7 @@ def probe_shapes(model: "nn.Module", input_hw: tuple[int, int]) -> dict[str, tup
     """Output shape of every module in one no-grad forward, in the order modules last finished."""
     import torch
 
-    from .extractor import eval_mode, first_tensor
+    from .state import eval_mode, first_tensor
 
     shapes: dict[str, tuple[int, ...]] = {}
 

@@ -12,13 +12,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .extractor import eval_mode, first_tensor
+from .state import eval_mode, first_tensor
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from .cams import ProgressFn
+    from .maps import ProgressFn
     from .layers import ResolvedLayer
     from .layout import Layout
 

@@ -31,7 +31,7 @@ OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 if TYPE_CHECKING:
     import torch
 
-    from .cams import CamBatch, ProgressFn
+    from .maps import CamBatch, ProgressFn
     from .layers import ResolvedLayer
     from .methods import CamMethod
     from .models import LoadedModel
@@ -115,7 +115,7 @@ class Explainer:
         self, settings: ExplainSettings, warn: Callable[[str], None] = lambda _m: None,
         progress: "ProgressFn | None" = None, checkpoint: Callable[[], None] = lambda: None,
     ) -> None:
-        from .cams import CamOptions
+        from .maps import CamOptions
         from .layers import default_layer_paths, resolve_layers
         from .methods import MethodKind, get_method
         from .models import _num_outputs, load_model, place_model, resolve_device, resolve_precision

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from .preprocess import Geometry, map_to_original
 if TYPE_CHECKING:
     import torch
 
-    from .cams import CamBatch
+    from .maps import CamBatch
 
 TOPK_IN_RECORD = 5
 
@@ -135,7 +135,7 @@ class ResultWriter:
     def _write_maps(self, image: np.ndarray, geometry: Geometry, cam: "torch.Tensor", overlay_path: Path,
                     raw_path: Path | None) -> None:
         """The overlay (always scaled to [0, 1] for display) and, if asked, the map as computed."""
-        from .cams import normalise
+        from .maps import normalise
 
         shown = normalise(cam)[0] if self.raw_norm else cam
         full = map_to_original(shown, geometry)

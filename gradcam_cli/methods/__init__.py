@@ -1,90 +1,24 @@
 """The CAM method registry: one small module per method, one name each.
 
 Importing this package does not import torch, so the CLI can list and check
-method names before anything heavy loads.
+method names before anything heavy loads. The registry itself is in `base`;
+importing the method modules here fills it.
 """
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable
+from .base import METHODS, CamFunction, CamMethod, MethodKind, get_method, method_names, register_method
 
-from ..errors import UsageError
+from . import gradcam as _gradcam  # noqa: F401  (registers itself)
+from . import hirescam as _hirescam  # noqa: F401
+from . import gradcam_elementwise as _gradcam_elementwise  # noqa: F401
+from . import gradcam_plusplus as _gradcam_plusplus  # noqa: F401
+from . import xgradcam as _xgradcam  # noqa: F401
+from . import layercam as _layercam  # noqa: F401
+from . import eigengradcam as _eigengradcam  # noqa: F401
+from . import eigencam as _eigencam  # noqa: F401
+from . import scorecam as _scorecam  # noqa: F401
+from . import ablationcam as _ablationcam  # noqa: F401
+from . import guided_gradcam as _guided_gradcam  # noqa: F401
+from . import fullgrad as _fullgrad  # noqa: F401
 
-if TYPE_CHECKING:
-    import torch
-
-
-
-class MethodKind(str, Enum):
-    """What a method needs from the model; `cams.py` has one runner per kind.
-
-    Each kind fixes what `compute` receives and returns:
-    - GRADIENT: (activations N×C×H×W, gradients N×C×H×W) → channel contributions N×C×H×W
-    - ACTIVATION: (activations N×C×H×W, None) → channel contributions N×C×H×W; no graph built
-    - PERTURBATION: (`perturb.LayerProbe`) → channel weights N×C, from extra forwards without a graph
-    - NETWORK: (`cams.NetworkGradients`) → raw map N×H×W at the input size; target layers unused
-    """
-
-    GRADIENT = "gradient"
-    ACTIVATION = "activation"
-    PERTURBATION = "perturbation"
-    NETWORK = "network"
-
-
-CamFunction = Callable[..., "torch.Tensor"]
-
-
-@dataclass(frozen=True)
-class CamMethod:
-    name: str
-    summary: str
-    passes: str
-    compute: CamFunction
-    kind: MethodKind = MethodKind.GRADIENT
-    projection: bool = False  # channels reduced by the first principal component, not a sum
-    guided: bool = False  # the map is multiplied by guided backpropagation at the input
-    network_layers: "Callable[[Any], list[Any]] | None" = None  # NETWORK kind: model → the ResolvedLayers to hook
-
-
-METHODS: dict[str, CamMethod] = {}
-
-
-def register_method(name: str, *, summary: str, passes: str, **flags: Any) -> Callable[[CamFunction], CamFunction]:
-    """Decorator: add a CAM function to the registry under its CLI name (flags: kind, projection, guided)."""
-
-    def add(function: CamFunction) -> CamFunction:
-        if name in METHODS:
-            raise ValueError(f"CAM method '{name}' registered twice")
-        METHODS[name] = CamMethod(name, summary, passes, function, **flags)
-        return function
-
-    return add
-
-
-def get_method(name: str) -> CamMethod:
-    key = name.strip().lower()
-    if key in METHODS:
-        return METHODS[key]
-    close = difflib.get_close_matches(key, list(METHODS), n=1, cutoff=0.5)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise UsageError(f"unknown --method '{name}'{hint}; available: {', '.join(METHODS)}")
-
-
-def method_names() -> list[str]:
-    return list(METHODS)
-
-
-from . import gradcam as _gradcam  # noqa: E402,F401  (registers itself)
-from . import hirescam as _hirescam  # noqa: E402,F401
-from . import gradcam_elementwise as _gradcam_elementwise  # noqa: E402,F401
-from . import gradcam_plusplus as _gradcam_plusplus  # noqa: E402,F401
-from . import xgradcam as _xgradcam  # noqa: E402,F401
-from . import layercam as _layercam  # noqa: E402,F401
-from . import eigengradcam as _eigengradcam  # noqa: E402,F401
-from . import eigencam as _eigencam  # noqa: E402,F401
-from . import scorecam as _scorecam  # noqa: E402,F401
-from . import ablationcam as _ablationcam  # noqa: E402,F401
-from . import guided_gradcam as _guided_gradcam  # noqa: E402,F401
-from . import fullgrad as _fullgrad  # noqa: E402,F401
+__all__ = ["METHODS", "CamFunction", "CamMethod", "MethodKind", "get_method", "method_names", "register_method"]

@@ -18,13 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..preprocess import resize
-from . import MethodKind, register_method
+from .base import MethodKind, register_method
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from ..cams import NetworkGradients
+    from ..maps import NetworkGradients
     from ..layers import ResolvedLayer
 
 SCALE_EPS = 1e-7

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import register_method
+from .base import register_method
 
 if TYPE_CHECKING:
     import torch

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import MethodKind, register_method
+from .base import MethodKind, register_method
 
 if TYPE_CHECKING:
     import torch
