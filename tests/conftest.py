@@ -14,10 +14,17 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def offline_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """No test may reach a hub: every cache points at an empty temporary folder."""
-    cache = tmp_path_factory.mktemp("caches")
+def pytest_configure(config: pytest.Config) -> None:
+    """No test may reach a hub: offline, every cache an empty temporary folder, before any test module imports.
+
+    huggingface_hub reads HF_HUB_OFFLINE when it is first imported, so this
+    must run before collection imports timm or gradcam_cli, not in a fixture.
+    """
+    import shutil
+    import tempfile
+
+    cache = Path(tempfile.mkdtemp(prefix="gradcam-test-caches-"))
+    config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
     for name, value in {
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
@@ -26,6 +33,11 @@ def offline_caches(tmp_path_factory: pytest.TempPathFactory) -> None:
         "XDG_CACHE_HOME": str(cache / "xdg"),
     }.items():
         os.environ[name] = value
+
+
+@pytest.fixture(scope="session", autouse=True)
+def seeded_torch() -> None:
+    """The same random start for every run; two threads at most, as the machines that run the suite have."""
     import torch
 
     torch.manual_seed(0)

@@ -182,6 +182,7 @@ def test_cli_refuses_bad_option_values(run_cli, photo, tmp_path, option) -> None
     assert option[0] in result.stderr
 
 
+@pytest.mark.slow
 def test_preset_sets_method_options(run_cli, photo, tmp_path) -> None:
     preset = tmp_path / "p.yaml"
     preset.write_text("model: test_resnet\npretrained: false\nmethod: scorecam\ncam_batch_size: 5\n"

@@ -356,6 +356,7 @@ print("HEAVY:" + ",".join(heavy))
 
 
 @pytest.mark.parametrize("args", [["--help"], ["explain", "--help"], ["layers", "--help"]])
+@pytest.mark.slow
 def test_help_does_not_import_torch(args):
     done = subprocess.run(
         [sys.executable, "-c", HELP_SCRIPT, *args], capture_output=True, text=True, timeout=60, cwd=ROOT
@@ -384,6 +385,7 @@ print("HEAVY:" + ",".join(sorted(m for m in ("torch", "timm", "torchvision") if 
 """
 
 
+@pytest.mark.slow
 def test_a_missing_input_fails_at_once_without_loading_the_model(tmp_path):
     """resnet50 with pretrained weights would load torch and try a download (seconds); nothing of it happens."""
     def run(*args: str) -> tuple[float, subprocess.CompletedProcess]:
@@ -404,6 +406,7 @@ def test_a_missing_input_fails_at_once_without_loading_the_model(tmp_path):
     assert probe.stdout.splitlines()[-2:] == ["CODE: 1", "HEAVY:"], probe.stdout + probe.stderr
 
 
+@pytest.mark.slow
 def test_installed_console_script_explains(tmp_path):
     src = write_image(tmp_path / "in.png", 64, 48, seed=11)
     done = subprocess.run(

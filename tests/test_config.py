@@ -34,6 +34,7 @@ def test_there_are_presets():
 
 
 @pytest.mark.parametrize("preset", PRESETS, ids=[p.stem for p in PRESETS])
+@pytest.mark.slow
 def test_preset_loads_and_explains(run_cli, tmp_path, preset):
     values = load_preset(preset)
     assert values["model"]
@@ -58,6 +59,7 @@ def test_preset_loads_and_explains(run_cli, tmp_path, preset):
         assert record["class_name"] in names
 
 
+@pytest.mark.slow
 def test_command_line_flags_win_over_the_preset(run_cli, tmp_path):
     image = write_image(tmp_path / "in.png", 64, 48, seed=31)
     preset = ROOT / "configs" / "resnet50.yaml"

@@ -97,6 +97,7 @@ def reference_fullgrad(model: nn.Module, x: torch.Tensor, classes: Sequence[int]
 
 @pytest.mark.parametrize("eigen_smooth", [False, True], ids=["sum", "eigen-smooth"])
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.slow
 def test_fullgrad_matches_reference(name: str, eigen_smooth: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     model, x, classes, layer = case(name, 21)
     ours = gradcam_cli.cam(model, x, layer, method="fullgrad", classes=classes, eigen_smooth=eigen_smooth)
@@ -133,6 +134,7 @@ def test_fullgrad_matches_reference(name: str, eigen_smooth: bool, monkeypatch: 
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.slow
 def test_fullgrad_eigen_smooth_keeps_the_salient_side(name: str) -> None:
     """The eigen-smoothed map is a smoothed FullGrad map, not its inverse: it correlates positively
     with the plain map for every image. (With the sign rule of `first_component`, |min| > |max|
@@ -193,6 +195,7 @@ def assert_close_to_peak(ours: torch.Tensor, ref: torch.Tensor) -> None:
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.slow
 def test_guided_gradient_and_guided_gradcam_match_reference(name: str) -> None:
     model, x, classes, layer = case(name, 22)
     batch, gradient, cam = guided_run(model, x, layer, classes)

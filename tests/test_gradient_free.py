@@ -101,6 +101,7 @@ def test_eigencam_matches_reference(case: str) -> None:
 
 @pytest.mark.parametrize("eigen_smooth", [False, True], ids=["sum", "eigen-smooth"])
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow
 def test_scorecam_matches_reference(case: str, eigen_smooth: bool) -> None:
     _, x, classes = case_inputs(case)
     # the reference runs its masked forwards 16 at a time unless told otherwise
@@ -114,6 +115,7 @@ def test_scorecam_matches_reference(case: str, eigen_smooth: bool) -> None:
     "case, method",
     [("resnet-layer4", "scorecam"), ("vit-last-norm1", "scorecam"), ("resnet-layer4", "ablationcam")],
 )
+@pytest.mark.slow
 def test_chunk_size_does_not_change_the_map(case: str, method: str) -> None:
     """(image, channel) pairs are flattened across the batch and cut into chunks: one pair
     per forward (1), chunks straddling two images (7 divides neither 96 nor 64 channels),
@@ -129,6 +131,7 @@ def test_chunk_size_does_not_change_the_map(case: str, method: str) -> None:
 
 
 @pytest.mark.parametrize("eigen_smooth", [False, True], ids=["sum", "eigen-smooth"])
+@pytest.mark.slow
 def test_ablationcam_matches_reference_on_post_relu_layer(eigen_smooth: bool) -> None:
     case = "resnet-layer4"
     model, x, classes = case_inputs(case)
@@ -285,6 +288,7 @@ MEMORY_BOUND_MB = 80
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is read from Linux's /proc")
+@pytest.mark.slow
 def test_perturbation_memory_stays_flat_as_channels_grow() -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

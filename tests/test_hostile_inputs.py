@@ -305,6 +305,7 @@ def _lines(stdout: bytes) -> list[dict]:
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+@pytest.mark.slow
 def test_a_named_pipe_never_blocks_the_run(tmp_path):
     """A FIFO named as an argument and one found in a scanned folder: error records, the others explained."""
     folder = tmp_path / "in"
@@ -351,6 +352,7 @@ def test_a_path_list_with_a_byte_order_mark_and_crlf_lines(run_cli, tmp_path, on
     assert [r["input"] for r in result.records()] == ["a.png", "b.png"]
 
 
+@pytest.mark.slow
 def test_stdin_without_newlines_stops_with_bounded_memory(tmp_path):
     """`gradcam explain - < /dev/zero`: one error record after a megabyte, no growth, no hang."""
     with open("/dev/zero", "rb") as zeros:
@@ -362,6 +364,7 @@ def test_stdin_without_newlines_stops_with_bounded_memory(tmp_path):
     assert done.returncode == 1
 
 
+@pytest.mark.slow
 def test_names_that_are_not_utf8_give_valid_utf8_json(tmp_path, one_thread):
     """Undecodable bytes of a name are written as \\xNN in the records; the output file keeps the real bytes."""
     folder = tmp_path / "raw"

@@ -71,6 +71,7 @@ def billion_laughs(path: Path, levels: int = 9) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_alias_bomb_preset_fails_fast_in_a_real_process(tmp_path, image):
     bomb = billion_laughs(tmp_path / "bomb.yaml")
     code, stdout, stderr, seconds = gradcam(tmp_path, "explain", image, "--config", bomb, timeout=60)
@@ -376,6 +377,7 @@ def hub_env(tmp_path: Path, *, proxy: str | None) -> dict[str, str]:
     [("resnet18", None), ("torchvision:resnet18", CLOSED)],
     ids=["timm-hf-hub", "torchvision-download"],
 )
+@pytest.mark.slow
 def test_pretrained_weights_with_the_hub_unreachable_fail_fast_and_quietly(tmp_path, image, model, proxy):
     """Was 52 s and 25 lines for resnet18 (huggingface_hub retrying 5 times per file, twice)."""
     env = hub_env(tmp_path, proxy=proxy)  # torchvision's URL is fixed: the closed proxy stands in for the network
@@ -416,6 +418,7 @@ main(["explain", "-m", "test_resnet", "--json", "-o", "out", sys.argv[3]])
 """
 
 
+@pytest.mark.slow
 def test_cached_pretrained_weights_still_load_with_the_hub_unreachable(tmp_path, image):
     """Offline, the weights already in the Hugging Face and torch.hub caches are used, without any wait."""
     import timm
@@ -487,6 +490,7 @@ def test_probe_answers_within_its_timeout(black_hole):
     assert time.monotonic() - start < 1
 
 
+@pytest.mark.slow
 def test_a_hub_that_never_answers_costs_the_probe_timeout_only(run_cli, tmp_path, image, black_hole, monkeypatch):
     """A silent network (packets dropped): huggingface_hub would wait 10 s per try; torch.hub has no timeout at all."""
     from huggingface_hub import constants

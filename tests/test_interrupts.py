@@ -38,6 +38,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.slow
 def test_a_signal_mid_batch_leaves_whole_files_and_skip_existing_does_the_rest(tmp_path, signum, code) -> None:
     count = 120
     folder, out = _folder(tmp_path, count), tmp_path / "out"
@@ -81,6 +82,7 @@ def test_a_signal_mid_batch_leaves_whole_files_and_skip_existing_does_the_rest(t
     assert _snapshot(folder) == inputs
 
 
+@pytest.mark.slow
 def test_out_of_memory_splits_the_batch_and_gives_the_same_files(run_cli, tmp_path, monkeypatch) -> None:
     from gradcam_cli.pipeline import Explainer
 
@@ -106,6 +108,7 @@ def test_out_of_memory_splits_the_batch_and_gives_the_same_files(run_cli, tmp_pa
     assert _snapshot(tmp_path / "a") == _snapshot(tmp_path / "b")
 
 
+@pytest.mark.slow
 def test_an_image_that_never_fits_gets_an_error_record(run_cli, tmp_path, monkeypatch) -> None:
     from gradcam_cli.pipeline import Explainer
 
@@ -177,6 +180,7 @@ def test_a_stop_request_waits_for_a_checkpoint_and_a_second_signal_does_not():
 
 
 
+@pytest.mark.slow
 def test_a_second_signal_ends_the_process_at_once(tmp_path) -> None:
     """Asked twice while the run streams: the process ends at once (no exception that could leave a lock held)."""
     script = ("import os, signal, time\n"
@@ -192,6 +196,7 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path) -> None:
     assert "interrupted by Ctrl-C" in done.stderr and "asked twice" in done.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_stops_a_run_waiting_for_paths_on_stdin(tmp_path) -> None:
     """`producer | gradcam explain -` with a producer that stays quiet: Ctrl-C still stops it at once."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}

@@ -198,6 +198,7 @@ def eigen_tolerances(weighted: torch.Tensor, weighted_ref: torch.Tensor) -> list
     return [ATOL + MAP_GAIN * (float(d) + SVD_ROUNDING) * float(k) for d, k in zip(input_diff, kappa)]
 
 
+@pytest.mark.slow
 def test_methods_differ_from_each_other() -> None:
     """Each method computes something of its own (no copy-paste registrations).
 

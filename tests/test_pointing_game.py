@@ -14,6 +14,8 @@ import pytest
 
 from conftest import EXAMPLES, ROOT
 
+pytestmark = pytest.mark.slow  # dozens of scenes through the CLI
+
 WEIGHTS = EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors"
 LABELS = EXAMPLES / "shapes_model" / "labels.txt"
 TOLERANCE_PX = 15

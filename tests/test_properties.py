@@ -93,6 +93,7 @@ def _token(draw, index: int, count: int, name: str, parent) -> str:
 
 @SETTINGS
 @given(data=st.data())
+@pytest.mark.slow
 def test_valid_path_resolves_to_the_module_reached_by_hand(data):
     from gradcam_cli.layers import resolve_layer
 
@@ -128,6 +129,7 @@ def _bad_token(draw, parent) -> str:
 
 @SETTINGS
 @given(data=st.data())
+@pytest.mark.slow
 def test_invalid_path_is_a_layer_error_naming_the_bad_step(data):
     from gradcam_cli.errors import GradcamError, LayerError, UsageError
     from gradcam_cli.layers import resolve_layer

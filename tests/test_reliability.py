@@ -65,6 +65,7 @@ WARM_UP = 50
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="RSS is read from /proc")
+@pytest.mark.slow
 def test_one_model_explained_1500_times_is_left_as_found_and_memory_stays_flat() -> None:
     import timm
 

@@ -40,6 +40,7 @@ def test_no_pretrained_says_once_that_the_maps_mean_nothing(run_cli, tmp_path, o
     assert "mean nothing" not in trained.stderr
 
 
+@pytest.mark.slow
 def test_a_gradient_free_method_says_its_cost_before_it_starts(tmp_path, one_thread):
     write_image(tmp_path / "a.png", 40, 30, seed=3)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

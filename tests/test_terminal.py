@@ -17,9 +17,12 @@ import termios
 import time
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
 from conftest import EXAMPLES, ROOT, write_image
+
+pytestmark = pytest.mark.slow  # real processes on pseudo-terminals and pipes
 
 MODEL = (
     "--model", "test_resnet",
