@@ -1,7 +1,8 @@
 """The small Python API, for notebooks and tests: tensors in, maps out."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence, Union
+from typing import TYPE_CHECKING, Union
+from collections.abc import Sequence
 
 from .cams import CamOptions, compute_cams
 from .layers import ResolvedLayer, resolve_layer
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
 LayerSpec = Union[str, "nn.Module"]
 
 
-def _as_resolved(model: "nn.Module", layer: LayerSpec) -> ResolvedLayer:
+def _as_resolved(model: nn.Module, layer: LayerSpec) -> ResolvedLayer:
     if isinstance(layer, str):
         return resolve_layer(model, layer, type(model).__name__)
     for name, module in model.named_modules():
@@ -24,7 +25,7 @@ def _as_resolved(model: "nn.Module", layer: LayerSpec) -> ResolvedLayer:
     raise ValueError("a layer module passed to cam() is not part of the model")
 
 
-def _as_choice(classes: "int | Sequence[int] | None") -> TargetChoice:
+def _as_choice(classes: int | Sequence[int] | None) -> TargetChoice:
     if classes is None:
         return TargetChoice()
     if isinstance(classes, int):
@@ -33,11 +34,11 @@ def _as_choice(classes: "int | Sequence[int] | None") -> TargetChoice:
 
 
 def cam(
-    model: "nn.Module",
-    x: "torch.Tensor",
-    layers: "LayerSpec | Sequence[LayerSpec]",
+    model: nn.Module,
+    x: torch.Tensor,
+    layers: LayerSpec | Sequence[LayerSpec],
     method: str = "gradcam",
-    classes: "int | Sequence[int] | None" = None,
+    classes: int | Sequence[int] | None = None,
     *,
     grid: tuple[int, int] | None = None,
     eigen_smooth: bool = False,
@@ -46,7 +47,7 @@ def cam(
     norm: str = "minmax",
     combine: str = "mean",
     cam_batch_size: int = 32,
-) -> "torch.Tensor":
+) -> torch.Tensor:
     """Class activation maps (N, H, W) at the size of `x`, in [0, 1] unless norm="none".
 
     `layers` are dotted paths (negative indices allowed) or modules of `model`;

@@ -11,7 +11,8 @@ unaugmented view, so a flip cannot switch the explained class.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from .preprocess import resize
 from .targets import FixedTargets
@@ -36,7 +37,7 @@ class View:
         bw = max(1, round(w / self.scale)) if self.scale > 1 else max(1, round(w * self.scale))
         return (h - bh) // 2, (w - bw) // 2, bh, bw
 
-    def apply(self, x: "torch.Tensor") -> "torch.Tensor":
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
         """(N, C, H, W) → the view, same size."""
         import torch
 
@@ -51,7 +52,7 @@ class View:
                 x = canvas
         return x.flip(-1) if self.flip else x
 
-    def undo(self, maps: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+    def undo(self, maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Maps (N, K, H, W) of the view → maps of the original frame, and where they hold (H, W)."""
         import torch
 
@@ -71,7 +72,7 @@ class View:
         return back, covered
 
 
-def _feathered(h: int, w: int, dtype: "torch.dtype", device: "torch.device") -> "torch.Tensor":
+def _feathered(h: int, w: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A weight of 1 inside, falling linearly to 0 at the edges over a tenth of the size.
 
     A hard-edged vote would leave a visible seam where the zoomed-in views stop
@@ -81,7 +82,7 @@ def _feathered(h: int, w: int, dtype: "torch.dtype", device: "torch.device") -> 
 
     ramp = max(1.0, 0.1 * min(h, w))
 
-    def edge(n: int) -> "torch.Tensor":
+    def edge(n: int) -> torch.Tensor:
         i = torch.arange(n, dtype=dtype, device=device)
         return (torch.minimum(i + 0.5, n - i - 0.5) / ramp).clamp(max=1.0)
 
@@ -92,11 +93,11 @@ VIEWS = tuple(View(flip, scale) for scale in SCALES for flip in (False, True))
 
 
 def smoothed(
-    run: Callable[["torch.Tensor", "TargetChoice | FixedTargets"], "CamBatch"],
-    x: "torch.Tensor",
-    targets: "TargetChoice",
-    options: "CamOptions",
-) -> "CamBatch":
+    run: Callable[[torch.Tensor, TargetChoice | FixedTargets], CamBatch],
+    x: torch.Tensor,
+    targets: TargetChoice,
+    options: CamOptions,
+) -> CamBatch:
     """The average of the maps of every view, renormalised; the rest from the unaugmented view."""
     from dataclasses import replace
 

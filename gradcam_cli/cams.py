@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from .extractor import LayerRecorder
 from .layout import Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
@@ -32,11 +33,11 @@ if TYPE_CHECKING:
 class _Job:
     """One batch to explain, and everything the runners share about it."""
 
-    model: "nn.Module"
-    x: "torch.Tensor"
-    layers: "Sequence[ResolvedLayer]"
-    method: "CamMethod"
-    targets: "TargetChoice"
+    model: nn.Module
+    x: torch.Tensor
+    layers: Sequence[ResolvedLayer]
+    method: CamMethod
+    targets: TargetChoice
     options: CamOptions
     hints: LayoutHints
     model_name: str
@@ -45,7 +46,7 @@ class _Job:
     def size(self) -> tuple[int, int]:
         return (int(self.x.shape[-2]), int(self.x.shape[-1]))
 
-    def layouts(self, activations: Sequence["torch.Tensor"]) -> list[Layout]:
+    def layouts(self, activations: Sequence[torch.Tensor]) -> list[Layout]:
         """Each layer's layout; the patch grid is asked for at this input's size (aug-smooth rescales it)."""
         from dataclasses import replace
 
@@ -56,7 +57,7 @@ class _Job:
             for a, layer in zip(activations, self.layers)
         ]
 
-    def autocast(self) -> "contextlib.AbstractContextManager[object]":
+    def autocast(self) -> contextlib.AbstractContextManager[object]:
         """Mixed precision for the model's forward passes when asked for (backward follows the forward's dtypes)."""
         import torch
 
@@ -64,14 +65,14 @@ class _Job:
             return contextlib.nullcontext()
         return torch.autocast(self.x.device.type, dtype=self.options.precision)
 
-    def reduce(self, contributions: "torch.Tensor") -> "torch.Tensor":
+    def reduce(self, contributions: torch.Tensor) -> torch.Tensor:
         """Channel contributions (N, C, h, w) → raw map (N, h, w)."""
         if self.method.projection or self.options.eigen_smooth:
             return first_component(contributions)
         return contributions.sum(dim=1)
 
 
-def _stack(maps: list["torch.Tensor"], blanks: list["torch.Tensor"]) -> tuple["torch.Tensor", "torch.Tensor"]:
+def _stack(maps: list[torch.Tensor], blanks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-rank maps (N, H, W) and flags (N,) → (N, K, H, W) and (N, K)."""
     import torch
 
@@ -115,8 +116,8 @@ def _run_gradient(job: _Job) -> CamBatch:
     return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, guided_t)
 
 
-def _perturbation_raws(job: _Job, activations: list["torch.Tensor"], grids: list["torch.Tensor"],
-                       layouts: list[Layout], logits: "torch.Tensor", classes: "torch.Tensor") -> list["torch.Tensor"]:
+def _perturbation_raws(job: _Job, activations: list[torch.Tensor], grids: list[torch.Tensor],
+                       layouts: list[Layout], logits: torch.Tensor, classes: torch.Tensor) -> list[torch.Tensor]:
     """Raw maps per layer of a gradient-free method that weighs channels by extra forwards."""
     from .perturb import LayerProbe
 
@@ -189,11 +190,11 @@ _RUNNERS = {
 
 
 def compute_cams(
-    model: "nn.Module",
-    x: "torch.Tensor",
-    layers: "Sequence[ResolvedLayer]",
-    method: "CamMethod",
-    targets: "TargetChoice",
+    model: nn.Module,
+    x: torch.Tensor,
+    layers: Sequence[ResolvedLayer],
+    method: CamMethod,
+    targets: TargetChoice,
     *,
     options: CamOptions | None = None,
     num_prefix_tokens: int | None = None,
@@ -210,7 +211,7 @@ def compute_cams(
     return _run_once(job, x, targets)
 
 
-def _run_once(job: _Job, x: "torch.Tensor", targets: "TargetChoice") -> CamBatch:
+def _run_once(job: _Job, x: torch.Tensor, targets: TargetChoice) -> CamBatch:
     from dataclasses import replace
 
     return _RUNNERS[job.method.kind](replace(job, x=x, targets=targets))

@@ -11,7 +11,8 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Optional, TextIO
+from typing import Annotated, Any, TextIO
+from collections.abc import Iterator
 
 import typer
 
@@ -42,7 +43,7 @@ class Streams:
     stderr: TextIO
 
     @staticmethod
-    def current() -> "Streams":
+    def current() -> Streams:
         return Streams(sys.stdin, sys.stdout, sys.stderr)
 
     @property
@@ -99,7 +100,7 @@ PRESET_PARAMS = (
 )
 
 
-def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Optional[Path]) -> dict[str, Any]:
+def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Path | None) -> dict[str, Any]:
     """Command-line values win; a preset fills what was left at its default."""
     if config is None:
         return given
@@ -252,34 +253,37 @@ def _precisions() -> tuple[str, ...]:
 def explain(
     ctx: typer.Context,
     inputs: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Argument(help="Images, folders, glob patterns, or - to read paths from stdin (one per line).", show_default=False),
     ] = None,
     model: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--model", "-m", help="timm name (tags and hf-hub:ORG/NAME work) or torchvision:ARCH.", show_default=False),
     ] = None,
     weights: Annotated[
-        Optional[str], typer.Option("--weights", "-w", help="Local checkpoint (.safetensors, or .pth/.pt state dict).", show_default=False)
+        str | None, typer.Option("--weights", "-w", help="Local checkpoint (.safetensors, or .pth/.pt state dict).", show_default=False)
     ] = None,
-    labels: Annotated[Optional[str], typer.Option("--labels", help="Class names, one per line.", show_default=False)] = None,
+    labels: Annotated[str | None, typer.Option("--labels", help="Class names, one per line.", show_default=False)] = None,
     pretrained: Annotated[
         bool, typer.Option("--pretrained/--no-pretrained", help="Load the hub's pretrained weights (ignored with --weights).")
     ] = True,
     layers: Annotated[
-        Optional[list[str]],
-        typer.Option("--layer", "-l", help="Target layer as a dotted path (negative indices count from the end); repeat to combine. Default: per model family.", show_default=False),
+        list[str] | None,
+        typer.Option("--layer", "-l", show_default=False, help="Target layer as a dotted path (negative indices count "
+                     "from the end); repeat to combine. Default: per model family."),
     ] = None,
     method: Annotated[
         str, typer.Option("--method", parser=_choice_parser("--method", _method_names), help="CAM method (see `gradcam methods`).")
     ] = "gradcam",
     classes: Annotated[
-        Optional[list[str]],
-        typer.Option("--class", "-c", help="Class to explain, by index or name; repeat for several. Default: the top class.", show_default=False),
+        list[str] | None,
+        typer.Option("--class", "-c", show_default=False,
+                     help="Class to explain, by index or name; repeat for several. Default: the top class."),
     ] = None,
     topk: Annotated[int, typer.Option("--topk", "-k", help="Explain the top K classes (one map each).")] = 1,
     crop: Annotated[
-        bool, typer.Option("--crop/--whole", help="Use the model's centre crop (the map covers only that part), or the whole image (default).")
+        bool, typer.Option("--crop/--whole",
+                           help="Use the model's centre crop (the map covers only that part), or the whole image (default).")
     ] = False,
     colormap: Annotated[str, _enum_option(Colormap, "--colormap", "Heat-map colours.")] = Colormap.jet.value,
     alpha: Annotated[float, typer.Option("--alpha", help="Heat-map opacity over the photo, 0 to 1.")] = 0.5,
@@ -303,7 +307,9 @@ def explain(
     save_guided: Annotated[
         bool, typer.Option("--save-guided", help="With --method guided-gradcam: also write the RGB guided image.")
     ] = False,
-    output_dir: Annotated[str, typer.Option("--output-dir", "-o", help="Where overlays go; input sub-folders are mirrored.")] = "gradcam_out",
+    output_dir: Annotated[
+        str, typer.Option("--output-dir", "-o", help="Where overlays go; input sub-folders are mirrored.")
+    ] = "gradcam_out",
     recursive: Annotated[bool, typer.Option("--recursive", "-r", help="Scan folders recursively.")] = False,
     batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Images per forward pass.")] = 8,
     device: Annotated[str, typer.Option("--device", help="auto, cpu, cuda, cuda:N or mps.")] = "auto",
@@ -321,13 +327,14 @@ def explain(
         int, typer.Option("--workers", help="Threads decoding and writing images beside the model; 0 = automatic.")
     ] = 0,
     grid: Annotated[
-        Optional[str], typer.Option("--grid", help="Token grid HxW when a layer's layout cannot be inferred.", show_default=False)
+        str | None, typer.Option("--grid", help="Token grid HxW when a layer's layout cannot be inferred.", show_default=False)
     ] = None,
     json_lines: Annotated[
-        Optional[bool], typer.Option("--json/--no-json", help="JSON Lines records on stdout (default when stdout is not a terminal).", show_default=False)
+        bool | None, typer.Option("--json/--no-json", show_default=False,
+                                  help="JSON Lines records on stdout (default when stdout is not a terminal).")
     ] = None,
     config: Annotated[
-        Optional[Path], typer.Option("--config", help="YAML run preset; command-line flags win.", show_default=False)
+        Path | None, typer.Option("--config", help="YAML run preset; command-line flags win.", show_default=False)
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress or summary on stderr.")] = False,
 ) -> int:
@@ -340,7 +347,7 @@ def explain(
     return _run_explain(settings, inputs, Streams.current(), json_lines, quiet)
 
 
-def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines: Optional[bool], quiet: bool) -> int:
+def _run_explain(settings: Any, inputs: list[str], streams: Streams, json_lines: bool | None, quiet: bool) -> int:
     """Named inputs checked first (no model load when none holds an image), then the run, reported as it goes."""
     from .pipeline import Explainer
     from .sources import named_files
@@ -420,7 +427,7 @@ def _scan_named(inputs: list[str], streams: Streams, settings: Any) -> _Scan:
     return scan
 
 
-def _nothing_to_explain(scan: _Scan, reporter: "_Reporter") -> int:
+def _nothing_to_explain(scan: _Scan, reporter: _Reporter) -> int:
     """No named input holds an image: each says why at once and the model is not loaded.
 
     Exit 1, as the same run gives after loading when every input fails: the
@@ -459,7 +466,7 @@ class _Reporter:
     notices) go to stderr as they come.
     """
 
-    def __init__(self, streams: Streams, as_json: bool, progress: Optional["_Progress"]) -> None:
+    def __init__(self, streams: Streams, as_json: bool, progress: _Progress | None) -> None:
         self.streams, self.as_json, self.progress = streams, as_json, progress
         # both on one terminal: record lines go above the progress line instead of through it
         self.on_console = progress is not None and streams.stdout_tty and _same_terminal(streams)
@@ -515,7 +522,7 @@ def _same_terminal(streams: Streams) -> bool:
 class _Progress:
     """A rich progress line on stderr, only when stderr is a terminal: with a known total, a bar, rate and time left."""
 
-    def __init__(self, stderr: TextIO, total: Optional[int]) -> None:
+    def __init__(self, stderr: TextIO, total: int | None) -> None:
         from rich.console import Console
         from rich.progress import Progress
 
@@ -557,7 +564,7 @@ class _Progress:
         self.bar.stop()
 
 
-def _progress_columns(total: Optional[int]) -> tuple[Any, ...]:
+def _progress_columns(total: int | None) -> tuple[Any, ...]:
     from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     if total is None:  # paths on stdin: how many will come is not known
@@ -581,7 +588,7 @@ def _rate_column() -> Any:
     return Rate()
 
 
-def _progress(streams: Streams, quiet: bool, total: Optional[int] = None) -> Optional[_Progress]:
+def _progress(streams: Streams, quiet: bool, total: int | None = None) -> _Progress | None:
     return _Progress(streams.stderr, total) if streams.stderr_tty and not quiet else None
 
 
@@ -590,8 +597,8 @@ def _progress(streams: Streams, quiet: bool, total: Optional[int] = None) -> Opt
 @app.command(no_args_is_help=True)
 def layers(
     model: Annotated[str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:).")],
-    depth: Annotated[Optional[int], typer.Option("--depth", "-d", help="Show modules down to this depth.", min=0)] = None,
-    filter_text: Annotated[Optional[str], typer.Option("--filter", "-f", help="Only modules whose name or type contains this.")] = None,
+    depth: Annotated[int | None, typer.Option("--depth", "-d", help="Show modules down to this depth.", min=0)] = None,
+    filter_text: Annotated[str | None, typer.Option("--filter", "-f", help="Only modules whose name or type contains this.")] = None,
     json_lines: Annotated[bool, typer.Option("--json", help="One JSON record per module.")] = False,
 ) -> int:
     """Print the module tree with output shapes and layouts; the default target is marked."""
@@ -696,7 +703,7 @@ def _stdout_gone() -> int:
     return STDOUT_CLOSED
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, map every outcome to one exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
@@ -723,7 +730,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             print(_usage_message(error, args), file=sys.stderr)
             code = ExitCode.USAGE
         else:
-            print(f"gradcam: internal error: {type(error).__name__}: {error} (rerun with --debug for the traceback, and report it)", file=sys.stderr)
+            print(f"gradcam: internal error: {type(error).__name__}: {error} "
+                  "(rerun with --debug for the traceback, and report it)", file=sys.stderr)
             code = ExitCode.INTERNAL
     try:
         sys.stdout.flush()

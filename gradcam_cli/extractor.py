@@ -33,7 +33,7 @@ class LayerRecorder:
     """
 
     def __init__(
-        self, model: "nn.Module", layers: "list[ResolvedLayer]", model_name: str = "the model",
+        self, model: nn.Module, layers: list[ResolvedLayer], model_name: str = "the model",
         *, graph: bool = True, strict: bool = True, input_grad: bool = False,
     ) -> None:
         self.model = model
@@ -43,11 +43,11 @@ class LayerRecorder:
         self.strict = strict
         self.input_grad = input_grad
         self.outputs: dict[str, torch.Tensor] = {}
-        self.input: "torch.Tensor | None" = None
+        self.input: torch.Tensor | None = None
         self._handles: list[Any] = []
         self._stack = ExitStack()
 
-    def __enter__(self) -> "LayerRecorder":
+    def __enter__(self) -> LayerRecorder:
         import torch
 
         try:
@@ -78,7 +78,7 @@ class LayerRecorder:
         self.input = None
 
     def _hook_for(self, name: str) -> Any:
-        def hook(_module: "nn.Module", _inputs: Any, output: Any) -> Any:
+        def hook(_module: nn.Module, _inputs: Any, output: Any) -> Any:
             tensor = first_tensor(output)
             if tensor is None:
                 return None
@@ -96,7 +96,7 @@ class LayerRecorder:
 
         return hook
 
-    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Run the model; the input requires grad only when its gradient is asked for."""
         self.outputs.clear()
         self.input = x.detach().requires_grad_(self.input_grad) if self.graph else x
@@ -112,14 +112,14 @@ class LayerRecorder:
             )
         return logits
 
-    def activations(self) -> "list[torch.Tensor]":
+    def activations(self) -> list[torch.Tensor]:
         return [self.outputs[layer.name].detach() for layer in self.layers]
 
-    def ran_layers(self) -> "list[ResolvedLayer]":
+    def ran_layers(self) -> list[ResolvedLayer]:
         """The hooked layers whose output the last forward recorded and that carry a graph."""
         return [layer for layer in self.layers if layer.name in self.outputs and self.outputs[layer.name].requires_grad]
 
-    def gradients_with_input(self, score: "torch.Tensor", retain_graph: bool) -> "tuple[torch.Tensor, list[torch.Tensor]]":
+    def gradients_with_input(self, score: torch.Tensor, retain_graph: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """d(score)/d(input) and d(score)/d(output) of each of `ran_layers()`, in one backward pass.
 
         A layer the score does not depend on gets a zero gradient (non-strict use).
@@ -133,7 +133,7 @@ class LayerRecorder:
         filled = [torch.zeros_like(o) if g is None else g.detach() for o, g in zip(outputs, grads)]
         return filled[0], filled[1:]
 
-    def gradients_per_rank(self, scores: "torch.Tensor", retain_graph: bool) -> "list[list[torch.Tensor]]":
+    def gradients_per_rank(self, scores: torch.Tensor, retain_graph: bool) -> list[list[torch.Tensor]]:
         """For each column k of `scores` (N, K): the gradients of its sum at every target layer.
 
         One batched backward (autograd's vmap over K one-hot output gradients)
@@ -161,7 +161,7 @@ class LayerRecorder:
                 pass  # no batching rule for some op: one pass per class below
         return [self.gradients(scores[:, i].sum(), retain_graph=retain_graph or i + 1 < k) for i in range(k)]
 
-    def gradients(self, score: "torch.Tensor", retain_graph: bool) -> "list[torch.Tensor]":
+    def gradients(self, score: torch.Tensor, retain_graph: bool) -> list[torch.Tensor]:
         """d(score)/d(each target layer's output); no parameter gradient is computed."""
         import torch
 

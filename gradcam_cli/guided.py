@@ -19,7 +19,8 @@ and mobile networks get a guided image too rather than a plain gradient.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 if TYPE_CHECKING:
     import torch
@@ -43,10 +44,10 @@ class GuidedBackprop:
     def __init__(self) -> None:
         self.active = False
 
-    def hook(self, grad: "torch.Tensor") -> "torch.Tensor | None":
+    def hook(self, grad: torch.Tensor) -> torch.Tensor | None:
         return grad.clamp(min=0) if self.active else None
 
-    def input_gradient(self, score: "torch.Tensor", inputs: "torch.Tensor | None", retain_graph: bool) -> "torch.Tensor":
+    def input_gradient(self, score: torch.Tensor, inputs: torch.Tensor | None, retain_graph: bool) -> torch.Tensor:
         """d(score)/d(input) with the guided rule at every activation: (N, 3, H, W)."""
         import torch
 
@@ -60,8 +61,8 @@ class GuidedBackprop:
 
     @staticmethod
     def combine(
-        cam: "torch.Tensor", backprop: "torch.Tensor", options: "CamOptions"
-    ) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
+        cam: torch.Tensor, backprop: torch.Tensor, options: CamOptions
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Grad-CAM (N, H, W) x guided backprop (N, 3, H, W) → pixel map, blank flags, RGB image.
 
         The pixel map is the largest magnitude over the colour channels, the
@@ -97,7 +98,7 @@ def guided_backprop(enabled: bool) -> Iterator[GuidedBackprop | None]:
         yield guide
 
 
-def deprocess(image: "torch.Tensor") -> "torch.Tensor":
+def deprocess(image: torch.Tensor) -> torch.Tensor:
     """A signed gradient image (3, H, W) → (H, W, 3) in [0, 1] for viewing: mean grey, 0.1 std.
 
     The usual display of guided backprop (as in the Grad-CAM authors' code).

@@ -44,7 +44,7 @@ def _to_uint8(array: np.ndarray) -> np.ndarray:
     return np.clip(array.astype(np.float64) * (255.0 / top), 0, 255).round().astype(np.uint8)
 
 
-def _pil_to_rgb(image: "object") -> np.ndarray:
+def _pil_to_rgb(image: object) -> np.ndarray:
     from PIL import Image
 
     assert isinstance(image, Image.Image)
@@ -87,7 +87,7 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: Path) -> "io.BufferedReader":
+def open_regular(path: Path) -> io.BufferedReader:
     """Open a regular file for reading, never blocking: anything else is an InputError.
 
     The type is checked with stat before opening, and again on the open
@@ -291,7 +291,7 @@ def is_complete(path: Path) -> bool:
         return False
 
 
-def _npy_complete(handle: "io.BufferedReader", size: int) -> bool:
+def _npy_complete(handle: io.BufferedReader, size: int) -> bool:
     from numpy.lib import format as npy
 
     version = npy.read_magic(handle)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from .errors import LayerError
 
@@ -49,14 +50,14 @@ class ResolvedLayer:
 
     path: str
     name: str
-    module: "nn.Module"
+    module: nn.Module
 
 
-def _child_names(module: "nn.Module") -> list[str]:
+def _child_names(module: nn.Module) -> list[str]:
     return [name for name, _ in module.named_children()]
 
 
-def _step(module: "nn.Module", token: str) -> tuple[str, "nn.Module"] | None:
+def _step(module: nn.Module, token: str) -> tuple[str, nn.Module] | None:
     """One path step: a child's own name first, else an index into the children."""
     children = dict(module.named_children())
     if token in children:
@@ -76,7 +77,7 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _not_found(path: str, failed: str, where: str, parent: "nn.Module", model_name: str) -> LayerError:
+def _not_found(path: str, failed: str, where: str, parent: nn.Module, model_name: str) -> LayerError:
     path, failed = _printable(path), _printable(failed)
     names = _child_names(parent)
     place = f"children of '{where}'" if where else "children of the root"
@@ -92,7 +93,7 @@ def _not_found(path: str, failed: str, where: str, parent: "nn.Module", model_na
     )
 
 
-def resolve_layer(model: "nn.Module", path: str, model_name: str = "the model") -> ResolvedLayer:
+def resolve_layer(model: nn.Module, path: str, model_name: str = "the model") -> ResolvedLayer:
     """Walk a dotted path; negative indices count from the end of a module's children."""
     path = path.strip()
     # "model" names the root unless a child is called so (wrappers often keep `self.model`)
@@ -108,7 +109,7 @@ def resolve_layer(model: "nn.Module", path: str, model_name: str = "the model") 
     return ResolvedLayer(path=path, name=".".join(parts), module=module)
 
 
-def resolve_layers(model: "nn.Module", paths: list[str], model_name: str = "the model") -> list[ResolvedLayer]:
+def resolve_layers(model: nn.Module, paths: list[str], model_name: str = "the model") -> list[ResolvedLayer]:
     resolved = [resolve_layer(model, p, model_name) for p in paths]
     seen: set[str] = set()
     unique = []
@@ -119,7 +120,7 @@ def resolve_layers(model: "nn.Module", paths: list[str], model_name: str = "the 
     return unique
 
 
-def _is_timm_vit_like(model: "nn.Module") -> bool:
+def _is_timm_vit_like(model: nn.Module) -> bool:
     blocks = getattr(model, "blocks", None)
     if blocks is None or getattr(model, "num_prefix_tokens", 0) < 1:
         return False
@@ -130,7 +131,7 @@ def _is_timm_vit_like(model: "nn.Module") -> bool:
     return hasattr(last, "norm1")
 
 
-def _timm_default(model: "nn.Module") -> str | None:
+def _timm_default(model: nn.Module) -> str | None:
     if _is_timm_vit_like(model):
         # With a class token the last block's patch tokens get no gradient:
         # the input of the last block's attention still carries them.
@@ -152,7 +153,7 @@ def _torchvision_default(arch: str) -> str | None:
     return None
 
 
-def default_layer_paths(model: "nn.Module", arch: str = "", source: str = "timm") -> list[str]:
+def default_layer_paths(model: nn.Module, arch: str = "", source: str = "timm") -> list[str]:
     """The layer a careful user would pick: last spatial map the head still sees."""
     path = _torchvision_default(arch) if source == "torchvision" else _timm_default(model)
     if path is None:
@@ -162,7 +163,7 @@ def default_layer_paths(model: "nn.Module", arch: str = "", source: str = "timm"
     return [path]
 
 
-def _last_spatial_module(model: "nn.Module") -> str:
+def _last_spatial_module(model: nn.Module) -> str:
     """Fallback: the outermost module that last produced a 4-D map in a probe forward."""
     from .models import default_input_hw
 
@@ -174,7 +175,7 @@ def _last_spatial_module(model: "nn.Module") -> str:
     return spatial[-1]
 
 
-def probe_shapes(model: "nn.Module", input_hw: tuple[int, int]) -> dict[str, tuple[int, ...]]:
+def probe_shapes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple[int, ...]]:
     """Output shape of every module in one no-grad forward, in the order modules last finished."""
     import torch
 
@@ -183,7 +184,7 @@ def probe_shapes(model: "nn.Module", input_hw: tuple[int, int]) -> dict[str, tup
     shapes: dict[str, tuple[int, ...]] = {}
 
     def hook_for(name: str) -> Callable[..., None]:
-        def hook(_m: "nn.Module", _i: object, out: object) -> None:
+        def hook(_m: nn.Module, _i: object, out: object) -> None:
             tensor = first_tensor(out)
             if tensor is not None:
                 shapes.pop(name, None)  # re-insert: a reused module counts at its last call
@@ -214,7 +215,7 @@ class LayerRow:
 
 
 def layer_rows(
-    model: "nn.Module",
+    model: nn.Module,
     input_hw: tuple[int, int],
     default_names: list[str],
     num_prefix_tokens: int | None = None,

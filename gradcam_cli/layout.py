@@ -51,7 +51,7 @@ class Layout:
             return f"NLC tokens, {self.prefix_tokens} prefix + {h}x{w} grid"
         return f"{self.kind} {h}x{w}"
 
-    def to_nchw(self, t: "torch.Tensor") -> "torch.Tensor":
+    def to_nchw(self, t: torch.Tensor) -> torch.Tensor:
         if self.kind == "NCHW":
             return t
         if self.kind == "NHWC":
@@ -60,7 +60,7 @@ class Layout:
         return t[:, self.prefix_tokens :, :].reshape(t.shape[0], h, w, t.shape[-1]).permute(0, 3, 1, 2)
 
 
-def channels_dim_hint(module: "nn.Module") -> int | None:
+def channels_dim_hint(module: nn.Module) -> int | None:
     """Module types that fix where the channels are, whatever the shape says."""
     from torch import nn
 
@@ -77,7 +77,7 @@ def channels_dim_hint(module: "nn.Module") -> int | None:
     return None
 
 
-def patch_grid(model: "nn.Module", input_hw: tuple[int, int]) -> tuple[int, int] | None:
+def patch_grid(model: nn.Module, input_hw: tuple[int, int]) -> tuple[int, int] | None:
     """The patch-token grid a ViT-like model makes of an input of this size, or None when it does not say.
 
     Asked of the model, not guessed from token counts: 196 tokens read as
@@ -113,7 +113,7 @@ def _grid_or_none(grid: object) -> tuple[int, int] | None:
     return (gh, gw) if gh >= 1 and gw >= 1 else None
 
 
-def _conv_chain_grid(embed: "nn.Module", patch: object, size: tuple[int, int]) -> tuple[int, int] | None:
+def _conv_chain_grid(embed: nn.Module, patch: object, size: tuple[int, int]) -> tuple[int, int] | None:
     """The grid of an embedding that is a chain of convolutions (torchvision ViT, XCiT's conv stem).
 
     Trusted only when the convolutions' strides multiply to the stated patch

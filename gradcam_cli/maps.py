@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
 from .preprocess import resize
 
@@ -47,7 +48,7 @@ class CamOptions:
     eigen_smooth: bool = False  # reduce channels by the first principal component
     aug_smooth: bool = False  # average over flips and rescalings (see augment.py)
     cam_batch_size: int = 32  # masked/ablated forwards per pass (scorecam, ablationcam)
-    precision: "torch.dtype | None" = None  # autocast dtype of the model's passes; the CAM maths stay fp32
+    precision: torch.dtype | None = None  # autocast dtype of the model's passes; the CAM maths stay fp32
     progress: ProgressFn | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -68,14 +69,14 @@ class CamBatch:
     guided methods, else None.
     """
 
-    maps: "torch.Tensor"
-    blank: "torch.Tensor"  # (N, K) bool: nothing survived the ReLU / a flat map
-    finite: "torch.Tensor"  # (N,) bool: scores and gradients were finite
-    logits: "torch.Tensor"  # (N, classes)
-    targets: "torch.Tensor"  # (N, K) class indices
-    guided: "torch.Tensor | None" = None
+    maps: torch.Tensor
+    blank: torch.Tensor  # (N, K) bool: nothing survived the ReLU / a flat map
+    finite: torch.Tensor  # (N,) bool: scores and gradients were finite
+    logits: torch.Tensor  # (N, classes)
+    targets: torch.Tensor  # (N, K) class indices
+    guided: torch.Tensor | None = None
 
-    def to_cpu(self) -> "CamBatch":
+    def to_cpu(self) -> CamBatch:
         """One transfer per batch, so writer threads never touch the device."""
         from dataclasses import replace
 
@@ -89,13 +90,13 @@ class CamBatch:
 class NetworkGradients:
     """What a whole-network method (FullGrad) receives for one target rank."""
 
-    inputs: "torch.Tensor"  # (N, 3, H, W) the input batch
-    input_grad: "torch.Tensor"  # d(score)/d(input)
-    layers: list[tuple["nn.Module", "torch.Tensor"]]  # (module, d(score)/d(its output)) for each hooked layer
+    inputs: torch.Tensor  # (N, 3, H, W) the input batch
+    input_grad: torch.Tensor  # d(score)/d(input)
+    layers: list[tuple[nn.Module, torch.Tensor]]  # (module, d(score)/d(its output)) for each hooked layer
     eigen_smooth: bool = False
 
 
-def normalise(maps: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+def normalise(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-map min-max to [0, 1]; a flat map is blank and becomes zeros, never NaN.
 
     Flatness is judged relative to the map's own magnitude, not in absolute
@@ -115,7 +116,7 @@ def normalise(maps: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
     return scaled.clamp_(0.0, 1.0), blank
 
 
-def combine_layers(per_layer: Sequence["torch.Tensor"], how: str) -> "torch.Tensor":
+def combine_layers(per_layer: Sequence[torch.Tensor], how: str) -> torch.Tensor:
     """Several layers' maps (each N×H×W, same size) → one."""
     import torch
 
@@ -130,8 +131,8 @@ def combine_layers(per_layer: Sequence["torch.Tensor"], how: str) -> "torch.Tens
 
 
 def finish_maps(
-    raw_per_layer: Sequence["torch.Tensor"], size: tuple[int, int], options: CamOptions
-) -> tuple["torch.Tensor", "torch.Tensor"]:
+    raw_per_layer: Sequence[torch.Tensor], size: tuple[int, int], options: CamOptions
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Raw layer maps → one map per image, and whether it is blank.
 
     Each layer is normalised at its own resolution, before upsampling: bilinear
@@ -151,7 +152,7 @@ def finish_maps(
     return (scaled if options.norm == "minmax" else combined), blank
 
 
-def finite_rows(*tensors: "torch.Tensor") -> "torch.Tensor":
+def finite_rows(*tensors: torch.Tensor) -> torch.Tensor:
     """(N,) bool: every value of each image's row is finite, in all the tensors."""
     finite = None
     for t in tensors:

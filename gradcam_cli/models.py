@@ -45,7 +45,7 @@ class DataConfig:
 class LoadedModel:
     """A model in eval mode with everything needed to explain it."""
 
-    model: "nn.Module"
+    model: nn.Module
     name: str
     source: str  # "timm" or "torchvision"
     arch: str
@@ -58,7 +58,7 @@ class LoadedModel:
         return len(self.class_names) if self.class_names else None
 
 
-def default_input_hw(model: "nn.Module") -> tuple[int, int]:
+def default_input_hw(model: nn.Module) -> tuple[int, int]:
     """The input size the model was made for; used for probes."""
     cfg = getattr(model, "pretrained_cfg", None) or {}
     size = cfg.get("input_size")
@@ -70,7 +70,7 @@ def default_input_hw(model: "nn.Module") -> tuple[int, int]:
     return DEFAULT_INPUT_HW
 
 
-def resolve_device(text: str) -> "torch.device":
+def resolve_device(text: str) -> torch.device:
     """auto → CUDA, then Apple MPS, then CPU; an explicit choice must exist."""
     import torch
 
@@ -99,7 +99,7 @@ def resolve_device(text: str) -> "torch.device":
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
 
-def resolve_precision(text: str, device: "torch.device") -> "torch.dtype | None":
+def resolve_precision(text: str, device: torch.device) -> torch.dtype | None:
     """The autocast dtype for the model's passes, or None for plain fp32.
 
     auto: bf16 on a CUDA GPU that supports it (else fp16 there), fp32 elsewhere:
@@ -130,7 +130,7 @@ def is_out_of_memory(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
 
 
-def free_device_memory(device: "torch.device") -> None:
+def free_device_memory(device: torch.device) -> None:
     """Give cached blocks back after an out-of-memory error, so a smaller retry can fit."""
     import gc
 
@@ -143,7 +143,7 @@ def free_device_memory(device: "torch.device") -> None:
         torch.mps.empty_cache()
 
 
-def place_model(model: "nn.Module", device: "torch.device") -> bool:
+def place_model(model: nn.Module, device: torch.device) -> bool:
     """Move the model to the device; convolutional nets go channels-last on CPU and CUDA.
 
     oneDNN and cuDNN run convolutions faster on channels-last tensors (resnet50
@@ -166,7 +166,7 @@ WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "net
 STRIPPED_PREFIXES = ("module.", "_orig_mod.")
 
 
-def read_state_dict(path: Path) -> dict[str, "torch.Tensor"]:
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """Tensors only: safetensors, or a torch file loaded with weights_only (never unpickles code)."""
     import torch
 
@@ -223,7 +223,7 @@ def _bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, "torch.Tensor"]:
+def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, torch.Tensor]:
     import torch
 
     while isinstance(raw, dict):
@@ -242,7 +242,7 @@ def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, "torch.Tensor"]:
     return state
 
 
-def _classifier_name(model: "nn.Module") -> str | None:
+def _classifier_name(model: nn.Module) -> str | None:
     """The module that produces the logits: timm says so, else the last Linear or 1x1 conv."""
     from torch import nn
 
@@ -264,7 +264,7 @@ MAX_CLASSES = 1_000_000  # beyond any real classifier; the head is rebuilt at th
 
 
 def checkpoint_num_classes(
-    model: "nn.Module", state: dict[str, "torch.Tensor"], path: Path | None = None
+    model: nn.Module, state: dict[str, torch.Tensor], path: Path | None = None
 ) -> int | None:
     """The class count the checkpoint's classifier was trained for, from a weight that can be one.
 
@@ -301,7 +301,7 @@ def checkpoint_num_classes(
     return classes
 
 
-def load_checkpoint(model: "nn.Module", state: dict[str, "torch.Tensor"], path: Path) -> None:
+def load_checkpoint(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
     """Strict load; a mismatch names a few missing and unexpected keys."""
     own = model.state_dict()
     missing = [k for k in own if k not in state]
@@ -318,7 +318,7 @@ def load_checkpoint(model: "nn.Module", state: dict[str, "torch.Tensor"], path: 
     model.load_state_dict(state, strict=True)
 
 
-def _check_dtypes(own: dict[str, "torch.Tensor"], state: dict[str, "torch.Tensor"], path: Path) -> None:
+def _check_dtypes(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor], path: Path) -> None:
     """load_state_dict would cast int8 or bool into a float weight without a word; integer buffers may stay integer."""
     for key, value in state.items():
         if own[key].is_floating_point() and not value.is_floating_point():
@@ -348,7 +348,7 @@ def _torchvision_classifiers() -> list[str]:
     return list(torchvision.models.list_models(module=torchvision.models))
 
 
-def _build_torchvision(arch: str, pretrained: bool, num_classes: int | None) -> "nn.Module":
+def _build_torchvision(arch: str, pretrained: bool, num_classes: int | None) -> nn.Module:
     import torchvision
 
     names = _torchvision_classifiers()
@@ -361,7 +361,7 @@ def _build_torchvision(arch: str, pretrained: bool, num_classes: int | None) -> 
     return torchvision.models.get_model(arch, weights="DEFAULT" if pretrained else None, **kwargs)
 
 
-def _build_timm(name: str, pretrained: bool, num_classes: int | None) -> "nn.Module":
+def _build_timm(name: str, pretrained: bool, num_classes: int | None) -> nn.Module:
     import timm
 
     if not name.startswith("hf-hub:") and not timm.is_model(name):
@@ -388,7 +388,7 @@ def _deepest(error: BaseException) -> BaseException:
     return error
 
 
-def _timm_data_config(model: "nn.Module") -> DataConfig:
+def _timm_data_config(model: nn.Module) -> DataConfig:
     from timm.data import resolve_model_data_config
 
     cfg = resolve_model_data_config(model)
@@ -412,7 +412,7 @@ def _torchvision_weights(arch: str) -> Any:
         return None
 
 
-def _torchvision_data_config(model: "nn.Module", arch: str) -> DataConfig:
+def _torchvision_data_config(model: nn.Module, arch: str) -> DataConfig:
     weights = _torchvision_weights(arch)
     if weights is None:
         h, w = default_input_hw(model)
@@ -429,7 +429,7 @@ def _torchvision_data_config(model: "nn.Module", arch: str) -> DataConfig:
     )
 
 
-def _imagenet_names(model: "nn.Module", source: str, arch: str, num_classes: int) -> list[str] | None:
+def _imagenet_names(model: nn.Module, source: str, arch: str, num_classes: int) -> list[str] | None:
     """ImageNet class names from the libraries' own metadata, when the head fits them."""
     if source == "torchvision":
         weights = _torchvision_weights(arch)
@@ -461,7 +461,7 @@ def read_labels(path: Path) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def _num_outputs(model: "nn.Module") -> int | None:
+def _num_outputs(model: nn.Module) -> int | None:
     num = getattr(model, "num_classes", None)
     if isinstance(num, int) and num > 0:
         return num
@@ -486,7 +486,7 @@ def _seed_random_init() -> None:
     torch.manual_seed(0)
 
 
-def build_model(name: str, pretrained: bool = True, num_classes: int | None = None) -> tuple["nn.Module", str, str]:
+def build_model(name: str, pretrained: bool = True, num_classes: int | None = None) -> tuple[nn.Module, str, str]:
     """The bare module, its source ('timm'/'torchvision') and architecture name."""
     source, arch = _split_name(name.strip())
     if not arch:
@@ -718,7 +718,7 @@ def load_model(
     return LoadedModel(model, name.strip(), source, arch, config, names, num_prefix_tokens(model, source, arch))
 
 
-def num_prefix_tokens(model: "nn.Module", source: str, arch: str) -> int | None:
+def num_prefix_tokens(model: nn.Module, source: str, arch: str) -> int | None:
     """Class/distillation/register tokens before the patch tokens, where the model tells."""
     prefix = getattr(model, "num_prefix_tokens", None)
     if prefix is None and source == "torchvision" and arch.startswith("vit_"):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
 
 from .state import eval_mode, first_tensor
 
@@ -30,32 +31,32 @@ InputMaker = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 class LayerProbe:
     """What a gradient-free method may ask of the model, for one layer and one target rank."""
 
-    model: "nn.Module"
-    x: "torch.Tensor"  # (N, 3, H, W) the batch being explained
-    layer: "ResolvedLayer"
-    layout: "Layout"
-    output: "torch.Tensor"  # the layer's output as the model produced it (any layout)
-    activations: "torch.Tensor"  # the same as N×C×h×w float
-    logits: "torch.Tensor"  # (N, classes) of the unperturbed batch
-    classes: "torch.Tensor"  # (N,) the class explained for each image
+    model: nn.Module
+    x: torch.Tensor  # (N, 3, H, W) the batch being explained
+    layer: ResolvedLayer
+    layout: Layout
+    output: torch.Tensor  # the layer's output as the model produced it (any layout)
+    activations: torch.Tensor  # the same as N×C×h×w float
+    logits: torch.Tensor  # (N, classes) of the unperturbed batch
+    classes: torch.Tensor  # (N,) the class explained for each image
     batch_size: int
-    progress: "ProgressFn | None" = None
+    progress: ProgressFn | None = None
     method_name: str = "perturbation"
 
     @property
     def num_channels(self) -> int:
         return int(self.activations.shape[1])
 
-    def target_scores(self) -> "torch.Tensor":
+    def target_scores(self) -> torch.Tensor:
         """(N,) each image's score for its class, unperturbed."""
         return self.logits.gather(1, self.classes[:, None])[:, 0].float()
 
-    def scores_of_inputs(self, make_inputs: InputMaker) -> "torch.Tensor":
+    def scores_of_inputs(self, make_inputs: InputMaker) -> torch.Tensor:
         """(N, C): the class score of the input `make_inputs` builds for each (image, channel)."""
         with _quiet_model(self.model):
             return self._scores(lambda images, channels: self.model(make_inputs(images, channels)))
 
-    def scores_with_channel_ablated(self) -> "torch.Tensor":
+    def scores_with_channel_ablated(self) -> torch.Tensor:
         """(N, C): each image's class score when one channel of the layer's output is set to zero.
 
         The layer's output is replaced by a forward hook (the model is never
@@ -63,11 +64,11 @@ class LayerProbe:
         """
         chunk: dict[str, Any] = {}
 
-        def replace(_module: "nn.Module", _inputs: Any, output: Any) -> Any:
+        def replace(_module: nn.Module, _inputs: Any, output: Any) -> Any:
             ablated = self._ablated(chunk["images"], chunk["channels"])
             return ablated if not isinstance(output, (tuple, list)) else type(output)((ablated, *output[1:]))
 
-        def run(images: "torch.Tensor", channels: "torch.Tensor") -> Any:
+        def run(images: torch.Tensor, channels: torch.Tensor) -> Any:
             chunk["images"], chunk["channels"] = images, channels
             return self.model(self.x[images])
 
@@ -78,7 +79,7 @@ class LayerProbe:
         finally:
             handle.remove()
 
-    def _ablated(self, images: "torch.Tensor", channels: "torch.Tensor") -> "torch.Tensor":
+    def _ablated(self, images: torch.Tensor, channels: torch.Tensor) -> torch.Tensor:
         """The recorded output of `images`, with channel `channels[j]` of row j zeroed."""
         import torch
 
@@ -91,7 +92,7 @@ class LayerProbe:
             moved[rows, channels] = 0
         return out
 
-    def _scores(self, forward: Callable[["torch.Tensor", "torch.Tensor"], Any]) -> "torch.Tensor":
+    def _scores(self, forward: Callable[[torch.Tensor, torch.Tensor], Any]) -> torch.Tensor:
         import torch
 
         n, c = int(self.x.shape[0]), self.num_channels
@@ -105,7 +106,7 @@ class LayerProbe:
                 self.progress(f"{self.method_name} {self.layer.name}", start + len(images), n * c)
         return scores.reshape(n, c)
 
-    def _chunks(self, n: int, c: int) -> Iterator[tuple[int, "torch.Tensor", "torch.Tensor"]]:
+    def _chunks(self, n: int, c: int) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
         import torch
 
         for start in range(0, n * c, self.batch_size):
@@ -114,7 +115,7 @@ class LayerProbe:
 
 
 @contextmanager
-def _quiet_model(model: "nn.Module") -> Iterator[None]:
+def _quiet_model(model: nn.Module) -> Iterator[None]:
     """Eval mode and no graph for the extra forwards; the model's flags restored after."""
     import torch
 
@@ -138,7 +139,7 @@ class PerturbationCost:
         return self.forwards_per_image * self.seconds_per_forward
 
 
-def measure_cost(model: "nn.Module", layers: "list[ResolvedLayer]", x: "torch.Tensor") -> PerturbationCost:
+def measure_cost(model: nn.Module, layers: list[ResolvedLayer], x: torch.Tensor) -> PerturbationCost:
     """One timed forward of `x` (a chunk of blank inputs) with the target layers' output shapes recorded.
 
     Channels are where the layer's own type puts them (dim 1 for conv-like
@@ -152,8 +153,8 @@ def measure_cost(model: "nn.Module", layers: "list[ResolvedLayer]", x: "torch.Te
 
     channels: dict[str, int] = {}
 
-    def hook_for(layer: "ResolvedLayer") -> Callable[..., None]:
-        def record(module: "nn.Module", _inputs: Any, output: Any) -> None:
+    def hook_for(layer: ResolvedLayer) -> Callable[..., None]:
+        def record(module: nn.Module, _inputs: Any, output: Any) -> None:
             tensor = first_tensor(output)
             if tensor is not None and tensor.dim() >= 3:
                 dim = channels_dim_hint(module) or (1 if tensor.dim() == 4 else -1)

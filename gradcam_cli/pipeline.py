@@ -12,7 +12,8 @@ import errno
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -113,7 +114,7 @@ class Explainer:
 
     def __init__(
         self, settings: ExplainSettings, warn: Callable[[str], None] = lambda _m: None,
-        progress: "ProgressFn | None" = None, checkpoint: Callable[[], None] = lambda: None,
+        progress: ProgressFn | None = None, checkpoint: Callable[[], None] = lambda: None,
     ) -> None:
         from .maps import CamOptions
         from .layers import default_layer_paths, resolve_layers
@@ -293,7 +294,7 @@ class Explainer:
 
     # ------------------------------------------------------------- one batch
 
-    def _explain_batch(self, batch: list[_Item], pool: ThreadPoolExecutor) -> "list[Future[ImageRecord]]":
+    def _explain_batch(self, batch: list[_Item], pool: ThreadPoolExecutor) -> list[Future[ImageRecord]]:
         """The maps of a batch computed here; each image's files written by the pool."""
         ready = [item for item in batch if item.error is None and not item.skipped]
         results = iter(self._compute_items(ready) if ready else [])
@@ -312,7 +313,7 @@ class Explainer:
             futures.append(done(self.writer.error_record(item.source.path, item.error)))
         return futures
 
-    def _finish_safely(self, item: _Item, cams: "CamBatch", row: int) -> ImageRecord:
+    def _finish_safely(self, item: _Item, cams: CamBatch, row: int) -> ImageRecord:
         """In a worker thread: this image's files and record; a failure becomes its error record.
 
         A folder that cannot take files any more (full disk, read-only) stops the
@@ -333,7 +334,7 @@ class Explainer:
         finally:
             item.image = item.array = None
 
-    def _compute_items(self, items: list[_Item]) -> "list[tuple[CamBatch, int] | str]":
+    def _compute_items(self, items: list[_Item]) -> list[tuple[CamBatch, int] | str]:
         """Per item its maps (batch, row), or why it failed.
 
         A batch that runs out of device memory is split in halves, down to one
@@ -357,7 +358,7 @@ class Explainer:
         self.warn(f"out of memory on {self.device} with {len(items)} images at once; retrying with {half}")
         return self._compute_items(items[:half]) + self._compute_items(items[half:])
 
-    def compute(self, x: "torch.Tensor") -> "CamBatch":
+    def compute(self, x: torch.Tensor) -> CamBatch:
         """The maps of a preprocessed batch (N, 3, H, W), computed as the run does (device, memory format)."""
         import torch
 
@@ -401,7 +402,7 @@ class Explainer:
         }
 
 
-def _checked_progress(progress: "ProgressFn | None", checkpoint: Callable[[], None]) -> "ProgressFn":
+def _checked_progress(progress: ProgressFn | None, checkpoint: Callable[[], None]) -> ProgressFn:
     """Masked forwards report after each chunk: a stop request is honoured there too, not after minutes."""
 
     def report(what: str, done: int, total: int) -> None:
@@ -420,7 +421,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
-def _fit_topk(targets: "TargetChoice", classes: int | None, warn: Callable[[str], None]) -> "TargetChoice":
+def _fit_topk(targets: TargetChoice, classes: int | None, warn: Callable[[str], None]) -> TargetChoice:
     """--topk above the number of classes explains every class, and says so once."""
     from .targets import TargetChoice
 
@@ -430,7 +431,7 @@ def _fit_topk(targets: "TargetChoice", classes: int | None, warn: Callable[[str]
     return TargetChoice(topk=classes)
 
 
-def _check_method_options(settings: ExplainSettings, method: "CamMethod", warn: Callable[[str], None]) -> None:
+def _check_method_options(settings: ExplainSettings, method: CamMethod, warn: Callable[[str], None]) -> None:
     """Options that only some methods use: refuse the impossible, say what is ignored."""
     if settings.save_guided and not method.guided:
         raise UsageError("--save-guided writes the guided backpropagation image; it needs --method guided-gradcam")

@@ -51,7 +51,7 @@ class Geometry:
         return (x + 0.5 - x0) * w / (x1 - x0) - 0.5, (y + 0.5 - y0) * h / (y1 - y0) - 0.5
 
 
-def plan_geometry(original_hw: tuple[int, int], config: "DataConfig", crop: bool = False) -> Geometry:
+def plan_geometry(original_hw: tuple[int, int], config: DataConfig, crop: bool = False) -> Geometry:
     """The resize (and optional centre crop) for one image of this size."""
     height, width = original_hw
     in_h, in_w = config.input_hw
@@ -72,7 +72,7 @@ def plan_geometry(original_hw: tuple[int, int], config: "DataConfig", crop: bool
     return Geometry(original_hw, (in_h, in_w), resized, (top, left), box)
 
 
-def to_input_array(image: np.ndarray, geometry: Geometry, config: "DataConfig") -> np.ndarray:
+def to_input_array(image: np.ndarray, geometry: Geometry, config: DataConfig) -> np.ndarray:
     """RGB uint8 H×W×3 → float32 3×h×w, normalised with the model's mean and std."""
     from PIL import Image
 
@@ -99,7 +99,7 @@ def _pad_to(array: np.ndarray, top: int, left: int, height: int, width: int) -> 
     return out
 
 
-def resize(t: "torch.Tensor", size: tuple[int, int]) -> "torch.Tensor":
+def resize(t: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Any (..., h, w) tensor → (..., H, W), bilinear with half-pixel centres (as cv2.resize), dtype kept.
 
     The one resize of maps and images in the package: layer maps to the input,
@@ -114,7 +114,7 @@ def resize(t: "torch.Tensor", size: tuple[int, int]) -> "torch.Tensor":
     return out.reshape(*t.shape[:-2], *size).to(t.dtype)
 
 
-def map_to_original(cam: "torch.Tensor", geometry: Geometry, clamp: bool = True) -> np.ndarray:
+def map_to_original(cam: torch.Tensor, geometry: Geometry, clamp: bool = True) -> np.ndarray:
     """A map (h, w) or (C, h, w) at the input size → float32 at the original size (zero outside a crop).
 
     `clamp` keeps values in [0, 1]; raw maps (--norm none) are resized as they are.

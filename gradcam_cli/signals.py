@@ -17,7 +17,8 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator
 
 from .errors import ExitCode, Interrupted
 
@@ -43,7 +44,7 @@ class StopRequests:
         self._raise_at_once = True
         self._previous: dict[int, Any] = {}
 
-    def __enter__(self) -> "StopRequests":
+    def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
             self._previous = {signum: signal.signal(signum, self._handle) for signum in HANDLED}
         return self

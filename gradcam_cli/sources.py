@@ -18,7 +18,8 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import BinaryIO, Callable, Iterable, Iterator, TextIO
+from typing import BinaryIO, TextIO
+from collections.abc import Callable, Iterable, Iterator
 
 from .methods import method_names
 
@@ -190,7 +191,8 @@ class SourceScanner:
     def _say_subfolders(self, folder: Path, dirs: list[str]) -> None:
         if dirs:
             count = f"{len(dirs)} sub-folder{'s' if len(dirs) > 1 else ''}"
-            self.notice(f"{shown(str(folder))}: {count} not scanned ({shown(sorted(dirs)[0])}{', ...' if len(dirs) > 1 else ''}); add -r to recurse")
+            example = shown(sorted(dirs)[0]) + (", ..." if len(dirs) > 1 else "")
+            self.notice(f"{shown(str(folder))}: {count} not scanned ({example}); add -r to recurse")
 
     @staticmethod
     def _strictly_inside(inner: Path, outer: Path) -> bool:
@@ -213,7 +215,7 @@ class _BadLine:
     message: str
 
 
-def _bounded_lines(stream: TextIO | BinaryIO) -> Iterator[tuple[int, "str | _BadLine"]]:
+def _bounded_lines(stream: TextIO | BinaryIO) -> Iterator[tuple[int, str | _BadLine]]:
     """Non-blank lines as file-system strings (undecodable bytes kept by surrogateescape).
 
     A line longer than any path is reported and skipped without being kept;

@@ -6,7 +6,8 @@ masked forwards all put the model in a state and must leave it as they found it.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 if TYPE_CHECKING:
     import torch
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
 
 
 @contextmanager
-def eval_mode(model: "nn.Module") -> Iterator[None]:
+def eval_mode(model: nn.Module) -> Iterator[None]:
     """Eval mode inside; every module's own train/eval flag restored after.
 
     Per module, not just the root: `model.train(flag)` would undo a fine-tuning
@@ -30,7 +31,7 @@ def eval_mode(model: "nn.Module") -> Iterator[None]:
 
 
 @contextmanager
-def frozen_parameters(model: "nn.Module") -> Iterator[None]:
+def frozen_parameters(model: nn.Module) -> Iterator[None]:
     """No parameter requires grad inside; every flag restored after.
 
     Then autograd saves nothing for weight gradients and, with an input that
@@ -47,7 +48,7 @@ def frozen_parameters(model: "nn.Module") -> Iterator[None]:
             p.requires_grad_(flag)
 
 
-def first_tensor(output: Any) -> "torch.Tensor | None":
+def first_tensor(output: Any) -> torch.Tensor | None:
     """The tensor a module produced (tuple outputs such as (x, attn) give their first)."""
     import torch
 

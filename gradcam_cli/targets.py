@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
 
 from .errors import UsageError
 
@@ -25,7 +26,7 @@ class TargetChoice:
             return 1
         return len(self.classes) if self.classes else self.topk
 
-    def choose(self, logits: "torch.Tensor") -> "torch.Tensor":
+    def choose(self, logits: torch.Tensor) -> torch.Tensor:
         """(N, K) class indices for a batch of logits (N, classes)."""
         import torch
 
@@ -77,11 +78,11 @@ def target_choice(values: Sequence[str | int], topk: int, class_names: Sequence[
 class FixedTargets:
     """Classes already chosen (N, K): reruns of a batch (test-time augmentation) explain the same ones."""
 
-    chosen: "torch.Tensor"
+    chosen: torch.Tensor
 
     @property
     def count(self) -> int:
         return int(self.chosen.shape[1])
 
-    def choose(self, logits: "torch.Tensor") -> "torch.Tensor":
+    def choose(self, logits: torch.Tensor) -> torch.Tensor:
         return self.chosen.to(logits.device)

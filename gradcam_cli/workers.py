@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import TypeVar
+from collections.abc import Callable, Iterable, Iterator
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -66,7 +67,7 @@ class OrderedResults:
             yield self._pending.popleft().result()
 
 
-def done(value: R) -> "Future[R]":
+def done(value: R) -> Future[R]:
     """A future that already holds its result (error records need no thread)."""
     future: Future[R] = Future()
     future.set_result(value)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -64,7 +65,7 @@ class ResultWriter:
         names = self.class_names
         return names[index] if names and 0 <= index < len(names) else None
 
-    def finish(self, path: Path, image: np.ndarray, geometry: Geometry, cams: "CamBatch", row: int,
+    def finish(self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int,
                base: PurePath) -> ImageRecord:
         """Write this image's files for every explained class and build its record."""
         import torch
@@ -107,8 +108,8 @@ class ResultWriter:
         return ImageRecord(input=str(path), ok=False, error=message, **self.context)
 
     def _write_target(
-        self, path: Path, image: np.ndarray, geometry: Geometry, cams: "CamBatch", row: int, k: int,
-        base: PurePath, several: bool, probabilities: "torch.Tensor",
+        self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, k: int,
+        base: PurePath, several: bool, probabilities: torch.Tensor,
     ) -> TargetRecord:
         """Map one class's CAM back onto the photo and write it."""
         index = int(cams.targets[row, k])
@@ -132,7 +133,7 @@ class ResultWriter:
             guided=str(guided_path) if guided_path is not None else None,
         )
 
-    def _write_maps(self, image: np.ndarray, geometry: Geometry, cam: "torch.Tensor", overlay_path: Path,
+    def _write_maps(self, image: np.ndarray, geometry: Geometry, cam: torch.Tensor, overlay_path: Path,
                     raw_path: Path | None) -> None:
         """The overlay (always scaled to [0, 1] for display) and, if asked, the map as computed."""
         from .maps import normalise
@@ -145,7 +146,7 @@ class ResultWriter:
             write_atomic(raw_path, encode_npy(values))
 
     @staticmethod
-    def _write_guided(geometry: Geometry, image: "torch.Tensor", path: Path) -> None:
+    def _write_guided(geometry: Geometry, image: torch.Tensor, path: Path) -> None:
         """The guided Grad-CAM image in colour, at the photo's size."""
         from .guided import deprocess
 

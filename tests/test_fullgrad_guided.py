@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import importlib
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest

@@ -6,7 +6,7 @@ the reshape a user would have to write.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -236,7 +236,7 @@ def tv_vit(size: int = 96) -> torch.nn.Module:
     return VisionTransformer(image_size=size, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64).eval()
 
 
-def small(name: str, size: "int | tuple[int, int]" = 96, **kwargs: object) -> Callable[[], torch.nn.Module]:
+def small(name: str, size: int | tuple[int, int] = 96, **kwargs: object) -> Callable[[], torch.nn.Module]:
     return lambda: timm_model(name, **{**SMALL, "img_size": size, **kwargs})
 
 

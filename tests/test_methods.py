@@ -6,7 +6,7 @@ name. Random weights (never pretrained), seeded inputs, eval mode.
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -14,7 +14,7 @@ import torch
 
 import gradcam_cli
 from conftest import seeded, write_image
-from gradcam_cli.methods import METHODS, CamMethod
+from gradcam_cli.methods import METHODS
 
 timm = pytest.importorskip("timm")
 pytest.importorskip("pytorch_grad_cam")

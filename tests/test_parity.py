@@ -6,7 +6,7 @@ Random weights (never pretrained), seeded inputs, eval mode.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import math
-import re
 import string
 from pathlib import Path
 

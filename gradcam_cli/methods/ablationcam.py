@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     passes="1 forward + C ablated forwards per image (C = the layer's channels)",
     kind=MethodKind.PERTURBATION,
 )
-def ablationcam(probe: "LayerProbe") -> "torch.Tensor":
+def ablationcam(probe: LayerProbe) -> torch.Tensor:
     original = probe.target_scores()[:, None]
     ablated = probe.scores_with_channel_ablated()
     return (original - ablated) / original

@@ -9,7 +9,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from ..errors import UsageError
 
@@ -46,7 +47,7 @@ class CamMethod:
     kind: MethodKind = MethodKind.GRADIENT
     projection: bool = False  # channels reduced by the first principal component, not a sum
     guided: bool = False  # the map is multiplied by guided backpropagation at the input
-    network_layers: "Callable[[Any], list[Any]] | None" = None  # NETWORK kind: model → the ResolvedLayers to hook
+    network_layers: Callable[[Any], list[Any]] | None = None  # NETWORK kind: model → the ResolvedLayers to hook
 
 
 METHODS: dict[str, CamMethod] = {}

@@ -22,5 +22,5 @@ if TYPE_CHECKING:
     kind=MethodKind.ACTIVATION,
     projection=True,
 )
-def eigencam(activations: "torch.Tensor", _gradients: "torch.Tensor | None") -> "torch.Tensor":
+def eigencam(activations: torch.Tensor, _gradients: torch.Tensor | None) -> torch.Tensor:
     return activations

@@ -20,5 +20,5 @@ if TYPE_CHECKING:
     passes="1 forward + 1 backward to the layer, 1 reduced SVD per image",
     projection=True,
 )
-def eigengradcam(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
+def eigengradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     return gradients * activations

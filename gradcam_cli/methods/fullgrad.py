@@ -31,7 +31,7 @@ SCALE_EPS = 1e-7
 EIGEN_DOWNSCALE = 8  # as the reference: the eigen projection runs at 1/8 of the input size
 
 
-def _has_bias_term(module: "nn.Module") -> bool:
+def _has_bias_term(module: nn.Module) -> bool:
     """A Conv2d with a bias, or a BatchNorm2d whose forward is batch norm alone.
 
     A subclass that changes the forward (timm's BatchNormAct2d adds an
@@ -47,13 +47,13 @@ def _has_bias_term(module: "nn.Module") -> bool:
     return False
 
 
-def bias_layers(model: "nn.Module") -> "list[ResolvedLayer]":
+def bias_layers(model: nn.Module) -> list[ResolvedLayer]:
     from ..layers import ResolvedLayer
 
     return [ResolvedLayer(path=name, name=name, module=m) for name, m in model.named_modules() if _has_bias_term(m)]
 
 
-def implicit_bias(module: "nn.Module") -> "torch.Tensor":
+def implicit_bias(module: nn.Module) -> torch.Tensor:
     """The per-channel bias a layer adds, whatever its input (eval-mode batch norm folds its statistics in)."""
     from torch import nn
 
@@ -64,13 +64,13 @@ def implicit_bias(module: "nn.Module") -> "torch.Tensor":
     return module.bias
 
 
-def scale_channels(maps: "torch.Tensor") -> "torch.Tensor":
+def scale_channels(maps: torch.Tensor) -> torch.Tensor:
     """(N, C, h, w) → each channel's map shifted to 0 and divided by (its max + 1e-7)."""
     shifted = maps - maps.amin(dim=(2, 3), keepdim=True)
     return shifted / (shifted.amax(dim=(2, 3), keepdim=True) + SCALE_EPS)
 
 
-def _parts(net: "NetworkGradients") -> "list[torch.Tensor]":
+def _parts(net: NetworkGradients) -> list[torch.Tensor]:
     """The input part (N, 3, H, W) and one (N, 1, H, W) part per bias layer."""
     size = (int(net.inputs.shape[-2]), int(net.inputs.shape[-1]))
     parts = [scale_channels((net.input_grad * net.inputs).abs().float())]
@@ -88,7 +88,7 @@ def _parts(net: "NetworkGradients") -> "list[torch.Tensor]":
     kind=MethodKind.NETWORK,
     network_layers=bias_layers,
 )
-def fullgrad(net: "NetworkGradients") -> "torch.Tensor":
+def fullgrad(net: NetworkGradients) -> torch.Tensor:
     import torch
 
     parts = _parts(net)
@@ -103,7 +103,7 @@ def fullgrad(net: "NetworkGradients") -> "torch.Tensor":
     return resize(scale_channels(projected), size)[:, 0]  # type: ignore[arg-type]
 
 
-def orient(projection: "torch.Tensor", parts: "torch.Tensor") -> "torch.Tensor":
+def orient(projection: torch.Tensor, parts: torch.Tensor) -> torch.Tensor:
     """The projection (N, h, w) signed so that it grows with the parts' sum (N, C, h, w).
 
     The principal axis has no sign of its own, and min-max scaling (no ReLU)

@@ -18,6 +18,6 @@ if TYPE_CHECKING:
     summary="channel weights = mean gradient; the classic, robust default",
     passes="1 forward + 1 backward to the layer",
 )
-def gradcam(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
+def gradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     weights = gradients.mean(dim=(2, 3), keepdim=True)
     return weights * activations

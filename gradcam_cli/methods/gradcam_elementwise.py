@@ -20,5 +20,5 @@ if TYPE_CHECKING:
     summary="ReLU(gradient x activation) element-wise, summed over channels",
     passes="1 forward + 1 backward to the layer",
 )
-def gradcam_elementwise(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
+def gradcam_elementwise(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     return (gradients * activations).clamp(min=0)

@@ -23,7 +23,7 @@ EPS = 1e-6  # the reference's stabiliser in the alpha denominator
     summary="alpha-weighted positive gradients; better with several objects of a class",
     passes="1 forward + 1 backward to the layer",
 )
-def gradcam_plusplus(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
+def gradcam_plusplus(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     import torch
 
     g2 = gradients.pow(2)

@@ -21,5 +21,5 @@ if TYPE_CHECKING:
     passes="1 forward + 1 backward to the layer + 1 guided backward to the input",
     guided=True,
 )
-def guided_gradcam(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
+def guided_gradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     return gradcam(activations, gradients)

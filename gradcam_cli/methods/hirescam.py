@@ -19,5 +19,5 @@ if TYPE_CHECKING:
     summary="gradient x activation element-wise, summed over channels; faithful to the score",
     passes="1 forward + 1 backward to the layer",
 )
-def hirescam(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
+def hirescam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     return gradients * activations

@@ -19,5 +19,5 @@ if TYPE_CHECKING:
     summary="ReLU(gradient) x activation element-wise; fine detail, good at shallow layers",
     passes="1 forward + 1 backward to the layer",
 )
-def layercam(activations: "torch.Tensor", gradients: "torch.Tensor") -> "torch.Tensor":
+def layercam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     return gradients.clamp(min=0) * activations

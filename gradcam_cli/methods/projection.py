@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import torch
 
 
-def first_component(weighted: "torch.Tensor") -> "torch.Tensor":
+def first_component(weighted: torch.Tensor) -> torch.Tensor:
     """(N, C, H, W) → (N, H, W): each position projected on the first principal axis."""
     import torch
 

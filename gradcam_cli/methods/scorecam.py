@@ -25,13 +25,13 @@ MASK_EPS = 1e-8  # the reference's stabiliser in the per-channel min-max
     passes="1 forward + C masked forwards per image (C = the layer's channels)",
     kind=MethodKind.PERTURBATION,
 )
-def scorecam(probe: "LayerProbe") -> "torch.Tensor":
+def scorecam(probe: LayerProbe) -> torch.Tensor:
     import torch
     import torch.nn.functional as F
 
     size = tuple(probe.x.shape[-2:])
 
-    def masked_inputs(images: "torch.Tensor", channels: "torch.Tensor") -> "torch.Tensor":
+    def masked_inputs(images: torch.Tensor, channels: torch.Tensor) -> torch.Tensor:
         maps = probe.activations[images, channels][:, None]  # B x 1 x h x w
         # the reference upsamples with nn.UpsamplingBilinear2d, i.e. align_corners=True
         masks = F.interpolate(maps, size=size, mode="bilinear", align_corners=True)
