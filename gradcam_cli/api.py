@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING, Union
 from collections.abc import Sequence
 
 from .cams import CamOptions, compute_cams
-from .layers import ResolvedLayer, resolve_layer
+from .layers import ResolvedLayer, default_layer_paths, resolve_layer
 from .methods import get_method
 from .targets import TargetChoice
 
@@ -36,7 +36,7 @@ def _as_choice(classes: int | Sequence[int] | None) -> TargetChoice:
 def cam(
     model: nn.Module,
     x: torch.Tensor,
-    layers: LayerSpec | Sequence[LayerSpec],
+    layers: LayerSpec | Sequence[LayerSpec] | None = None,
     method: str = "gradcam",
     classes: int | Sequence[int] | None = None,
     *,
@@ -51,10 +51,13 @@ def cam(
     """Class activation maps (N, H, W) at the size of `x`, in [0, 1] unless norm="none".
 
     `layers` are dotted paths (negative indices allowed) or modules of `model`;
+    None takes the layer `gradcam explain` would (the family default, see `gradcam layers`);
     `classes` is None (each image's top class), one index for all, or one per image.
     The other options are those of `gradcam explain` (see the README).
     The model is left exactly as it was found (hooks, train/eval mode).
     """
+    if layers is None:
+        layers = default_layer_paths(model)
     if isinstance(layers, str) or not isinstance(layers, Sequence):
         layers = [layers]  # type: ignore[list-item]
     resolved = [_as_resolved(model, layer) for layer in layers]  # type: ignore[union-attr]

@@ -266,3 +266,17 @@ def test_layer_the_score_does_not_depend_on_is_a_clear_error(detached: bool) -> 
     assert_as_found(model, before)
     # the same model explains fine from a layer on the main path
     assert torch.isfinite(gradcam_cli.cam(model, seeded(12, 1, 3, 32, 32), "conv2")).all()
+
+
+@pytest.mark.parametrize("name, default", [("test_resnet", "layer4"), ("test_vit", "blocks.-1.norm1")])
+def test_cam_without_layers_takes_the_family_default(name: str, default: str) -> None:
+    """`cam(model, x)` explains the layer `gradcam explain` would, the one `gradcam layers` marks."""
+    from torchvision.models import resnet18
+
+    model = timm.create_model(name, pretrained=False).eval()
+    size = model.pretrained_cfg["input_size"][1:]
+    x = seeded(4, 2, 3, *size)
+    torch.testing.assert_close(gradcam_cli.cam(model, x), gradcam_cli.cam(model, x, default))
+    plain = resnet18(num_classes=10).eval()  # no timm metadata: the last spatial stage, found by a probe
+    y = seeded(5, 1, 3, 64, 64)
+    torch.testing.assert_close(gradcam_cli.cam(plain, y), gradcam_cli.cam(plain, y, "layer4"))
