@@ -18,7 +18,7 @@ import typer
 
 from . import __version__
 from .maps import Combine, Norm
-from .errors import ExitCode, GradcamError, Interrupted, UsageError
+from .errors import ExitCode, GradcamError, Interrupted, UsageError, printable
 from .signals import StopRequests, interrupted
 from .images import DEFAULT_MAX_PIXELS, Colormap
 
@@ -116,22 +116,25 @@ def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Path | None
     return merged
 
 
+def _named(option: str) -> str:
+    """How a message names an option that may come from a flag or a preset: `--max-pixels (preset key max_pixels)`."""
+    return f"{option} (preset key {option.lstrip('-').replace('-', '_')})"
+
+
 def _choice(enum: Any, option: str, value: Any) -> Any:
     """A preset's choice value (flags are checked as they are parsed, by `_choice_parser`)."""
     try:
         return enum(value)
     except ValueError:
-        key = option.lstrip("-").replace("-", "_")
         raise UsageError(
-            f"{option} (preset key {key}) '{value}' is unknown; use one of {', '.join(c.value for c in enum)}"
+            f"{_named(option)} '{value}' is unknown; use one of {', '.join(c.value for c in enum)}"
         ) from None
 
 
 def _at_least(option: str, value: Any, minimum: int, meaning: str = "") -> int:
     """The one range check of a whole-number option, whether it came from a flag or a preset key."""
     if int(value) < minimum:
-        key = option.lstrip("-").replace("-", "_")
-        raise UsageError(f"{option} (preset key {key}) {value}: must be {minimum} or more{meaning}")
+        raise UsageError(f"{_named(option)} {value}: must be {minimum} or more{meaning}")
     return int(value)
 
 
@@ -381,10 +384,6 @@ def _sources(inputs: list[str], streams: Streams, settings: Any, notice: Any) ->
     return iter_sources(inputs, streams.stdin, settings.recursive, skip=settings.output_dir, notice=notice)
 
 
-def _shown(text: str) -> str:
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 @dataclass
 class _Scan:
     """The named inputs expanded once, before the model loads."""
@@ -401,13 +400,16 @@ class _Scan:
     def note(self, message: str) -> None:
         self.notices.setdefault(message, None)
 
-    def tell(self, warn: Any) -> None:
-        """Said before the run: the scanner's remarks and the empty inputs (error sources get their records in the run)."""
+    def tell(self, warn: Any, failed: Any = None) -> None:
+        """The scanner's remarks, then the problems in input order: the empty inputs as lines, the
+        error sources to `failed` (None before a run: the run gives them their records)."""
         for message in self.notices:
             warn(message)
         for problem in self.problems:
             if isinstance(problem, str):
                 warn(problem)
+            elif failed is not None:
+                failed(problem)
 
 
 def _scan_named(inputs: list[str], streams: Streams, settings: Any) -> _Scan:
@@ -423,7 +425,7 @@ def _scan_named(inputs: list[str], streams: Streams, settings: Any) -> _Scan:
         scan.total += count
         if not count:
             kind = "in this folder" if Path(text).is_dir() else "matches"
-            scan.problems.append(f"{_shown(text)}: no image file {kind}")
+            scan.problems.append(f"{printable(text)}: no image file {kind}")
     return scan
 
 
@@ -433,13 +435,7 @@ def _nothing_to_explain(scan: _Scan, reporter: _Reporter) -> int:
     Exit 1, as the same run gives after loading when every input fails: the
     inputs failed, the options (exit 2) were fine.
     """
-    for message in scan.notices:
-        reporter.warn(message)
-    for problem in scan.problems:
-        if isinstance(problem, str):
-            reporter.warn(problem)
-        else:
-            reporter.failed_input(problem)
+    scan.tell(reporter.warn, reporter.failed_input)
     return ExitCode.SOME_INPUTS_FAILED
 
 
@@ -526,28 +522,26 @@ class _Progress:
         from rich.console import Console
         from rich.progress import Progress
 
+        from .pipeline import Summary
+
         self.console = Console(file=stderr, stderr=True)
         self.bar = Progress(*_progress_columns(total), console=self.console, transient=True)
         self.task = self.bar.add_task("loading model", total=total)
-        self.done = self.failed = self.skipped = 0
+        self.summary = Summary()  # counted as the engine counts, so the line agrees with the closing summary
         self.bar.start()
 
     def advance(self, record: Any) -> None:
-        if record.skipped:
-            self.skipped += 1
-        elif record.ok:
-            self.done += 1
-        else:
-            self.failed += 1
+        self.summary.count(record)
         self.bar.update(self.task, advance=1, description=self._counts())
 
     def loaded(self) -> None:
         self.bar.update(self.task, description=self._counts())
 
     def _counts(self) -> str:
-        skipped = f", {self.skipped} skipped" if self.skipped else ""
-        failed = f", {self.failed} failed" if self.failed else ""
-        return f"explained {self.done}{skipped}{failed}"
+        counts = self.summary
+        skipped = f", {counts.skipped} skipped" if counts.skipped else ""
+        failed = f", {counts.failed} failed" if counts.failed else ""
+        return f"explained {counts.done}{skipped}{failed}"
 
     def detail(self, what: str, done: int, total: int) -> None:
         """Long work inside one batch (masked forwards of scorecam/ablationcam)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable
 
-from .errors import UsageError
+from .errors import UsageError, one_line
 
 
 def _as_bool(key: str, value: Any) -> bool:
@@ -96,7 +96,7 @@ def load_preset(path: Path) -> dict[str, Any]:
         if spec is None:
             close = difflib.get_close_matches(str(key), list(PRESET_KEYS), n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise UsageError(f"--config {path}: unknown key '{_cut(key, 40)}'{hint}; known keys: {', '.join(PRESET_KEYS)}")
+            raise UsageError(f"--config {path}: unknown key '{one_line(key, 40)}'{hint}; known keys: {', '.join(PRESET_KEYS)}")
         name, convert = spec
         values[name] = convert(str(key), value)
     for name in PATH_KEYS:
@@ -179,7 +179,7 @@ def _safe_yaml(text: str, path: Path) -> Any:
     except _AliasUsed as refused:
         event = refused.args[0]
         raise UsageError(
-            f"--config {path}: line {event.start_mark.line + 1} uses the YAML alias *{_cut(event.anchor, 40)}; "
+            f"--config {path}: line {event.start_mark.line + 1} uses the YAML alias *{one_line(event.anchor, 40)}; "
             "a preset may not use aliases (&name/*name), write the value out"
         ) from None
     except _TooDeep as refused:
@@ -194,14 +194,8 @@ def _yaml_problem(error: Exception) -> str:
     problem = getattr(error, "problem", None)
     mark = getattr(error, "problem_mark", None)
     if problem and mark is not None:
-        return _cut(f"{problem} at line {mark.line + 1}, column {mark.column + 1}")
-    return _cut(str(error) or type(error).__name__)
-
-
-def _cut(text: Any, limit: int = MAX_SHOWN_CHARS) -> str:
-    """One line of at most `limit` characters, '…' marking a cut."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+        return one_line(f"{problem} at line {mark.line + 1}, column {mark.column + 1}")
+    return one_line(str(error) or type(error).__name__)
 
 
 def _shown(value: Any) -> str:
@@ -212,4 +206,4 @@ def _shown(value: Any) -> str:
     bounded.maxlevel = 3
     bounded.maxlist = bounded.maxtuple = bounded.maxdict = bounded.maxset = 8
     bounded.maxstring = bounded.maxother = MAX_SHOWN_CHARS
-    return _cut(bounded.repr(value))
+    return one_line(bounded.repr(value))

@@ -8,6 +8,21 @@ from __future__ import annotations
 from enum import IntEnum
 
 
+def printable(text: str) -> str:
+    """Control characters escaped, so a message stays on one line (a stray newline in a path or a preset)."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def cut(text: str, limit: int = 80) -> str:
+    """At most `limit` characters, '…' marking a cut: a message never prints a whole offending value."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(text: object, limit: int = 80) -> str:
+    """Any text as one line of at most `limit` characters, runs of white space folded."""
+    return cut(" ".join(str(text).split()), limit)
+
+
 class ExitCode(IntEnum):
     OK = 0
     SOME_INPUTS_FAILED = 1

@@ -87,6 +87,11 @@ def _file_kind(mode: int) -> str:
     return "not a regular file"
 
 
+def _require_regular(path: Path, status: os.stat_result) -> None:
+    if not stat.S_ISREG(status.st_mode):
+        raise InputError(f"{path}: {_file_kind(status.st_mode)}, not an image file; only regular files are read")
+
+
 def open_regular(path: Path) -> io.BufferedReader:
     """Open a regular file for reading, never blocking: anything else is an InputError.
 
@@ -94,14 +99,10 @@ def open_regular(path: Path) -> io.BufferedReader:
     descriptor (the path may be swapped in between); O_NONBLOCK makes even
     that open return at once on a FIFO with no writer.
     """
-    status = os.stat(path)
-    if not stat.S_ISREG(status.st_mode):
-        raise InputError(f"{path}: {_file_kind(status.st_mode)}, not an image file; only regular files are read")
+    _require_regular(path, os.stat(path))
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise InputError(f"{path}: {_file_kind(status.st_mode)}, not an image file; only regular files are read")
+        _require_regular(path, os.fstat(fd))
         return os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from collections.abc import Callable
 
-from .errors import LayerError
+from .errors import LayerError, printable
 
 if TYPE_CHECKING:
     from torch import nn
@@ -72,13 +72,8 @@ def _step(module: nn.Module, token: str) -> tuple[str, nn.Module] | None:
     return None
 
 
-def _printable(text: str) -> str:
-    """Control characters escaped, so a message stays on one line (a stray newline in a preset, say)."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def _not_found(path: str, failed: str, where: str, parent: nn.Module, model_name: str) -> LayerError:
-    path, failed = _printable(path), _printable(failed)
+    path, failed = printable(path), printable(failed)
     names = _child_names(parent)
     place = f"children of '{where}'" if where else "children of the root"
     shown = ", ".join(names[:24]) + (f", ... ({len(names) - 24} more)" if len(names) > 24 else "")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import GradcamError, ModelError, UsageError
+from .errors import GradcamError, ModelError, UsageError, one_line
 
 if TYPE_CHECKING:
     import torch
@@ -312,7 +312,7 @@ def load_checkpoint(model: nn.Module, state: dict[str, torch.Tensor], path: Path
         for label, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong)):
             if keys:
                 more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-                parts.append(f"{label}: {', '.join(_clip(k) for k in keys[:3])}{more}")
+                parts.append(f"{label}: {', '.join(one_line(k) for k in keys[:3])}{more}")
         raise ModelError(f"--weights {path} does not fit this architecture ({'; '.join(parts)}); check --model")
     _check_dtypes(own, state, path)
     model.load_state_dict(state, strict=True)
@@ -327,12 +327,6 @@ def _check_dtypes(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor], 
                 f"--weights {path}: tensor '{key}' is {dtype}, not floating point; quantized or integer checkpoints "
                 "are not supported (give the float weights)"
             )
-
-
-def _clip(text: str, limit: int = 80) -> str:
-    """A checkpoint's key as a message shows it: one line, cut with '…'."""
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 # ------------------------------------------------------------------ builders
@@ -461,7 +455,7 @@ def read_labels(path: Path) -> list[str]:
     return [line.strip() for line in lines]
 
 
-def _num_outputs(model: nn.Module) -> int | None:
+def num_outputs(model: nn.Module) -> int | None:
     num = getattr(model, "num_classes", None)
     if isinstance(num, int) and num > 0:
         return num
@@ -706,11 +700,11 @@ def load_model(
     model, source, arch = build_model(name, pretrained=pretrained and state is None)
     if state is not None:
         wanted = checkpoint_num_classes(model, state, weights)
-        if wanted is not None and wanted != _num_outputs(model):
+        if wanted is not None and wanted != num_outputs(model):
             model, source, arch = build_model(name, pretrained=False, num_classes=wanted)
         load_checkpoint(model, state, weights)  # type: ignore[arg-type]
     model.eval()
-    outputs = _num_outputs(model)
+    outputs = num_outputs(model)
     if label_names is not None and outputs is not None and len(label_names) != outputs:
         raise UsageError(f"--labels {labels} names {len(label_names)} classes but the model has {outputs} outputs")
     names = label_names or (_imagenet_names(model, source, arch, outputs) if outputs else None)

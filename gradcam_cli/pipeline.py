@@ -119,7 +119,7 @@ class Explainer:
         from .maps import CamOptions
         from .layers import default_layer_paths, resolve_layers
         from .methods import MethodKind, get_method
-        from .models import _num_outputs, load_model, place_model, resolve_device, resolve_precision
+        from .models import load_model, num_outputs, place_model, resolve_device, resolve_precision
         from .targets import target_choice
 
         self.settings = settings
@@ -139,7 +139,7 @@ class Explainer:
         model = self.loaded.model
         paths = list(settings.layers) or default_layer_paths(model, self.loaded.arch, self.loaded.source)
         self.layers: list[ResolvedLayer] = resolve_layers(model, paths, self.loaded.name)
-        classes = _num_outputs(model)
+        classes = num_outputs(model)
         self.notices: list[str] = []  # said once when the run starts, after every check has passed
         self.targets: TargetChoice = _fit_topk(
             target_choice(settings.classes, settings.topk, self.loaded.class_names), classes, self.notices.append

@@ -21,6 +21,7 @@ from pathlib import Path, PurePath
 from typing import BinaryIO, TextIO
 from collections.abc import Callable, Iterable, Iterator
 
+from .errors import cut, printable
 from .methods import method_names
 
 IMAGE_SUFFIXES = frozenset(
@@ -48,8 +49,7 @@ class Source:
 
 def shown(text: str) -> str:
     """A path as it may appear in a one-line message: control characters escaped, long ones cut."""
-    clean = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return clean if len(clean) <= SHOWN_CHARS else clean[: SHOWN_CHARS - 1] + "…"
+    return cut(printable(text), SHOWN_CHARS)
 
 
 def output_relative(path: Path) -> PurePath:
@@ -82,7 +82,7 @@ def path_problem(text: str) -> str | None:
 
 
 def _error(path: Path, message: str) -> Source:
-    return Source(path, output_relative(path) if "\0" not in str(path) else PurePath("image"), message)
+    return Source(path, output_relative(path), message)
 
 
 def _stat(path: Path) -> os.stat_result | None:
