@@ -84,11 +84,12 @@ def compute_vs_lower_bound(
     """Seconds per batch: our CAM compute, and forward + backward-to-layer with frozen parameters."""
     import torch
 
-    from gradcam_cli.cams import CamOptions, compute_cams
-    from gradcam_cli.layers import default_layer_paths, resolve_layers
-    from gradcam_cli.methods import get_method
-    from gradcam_cli.models import load_model, place_model, resolve_precision
-    from gradcam_cli.targets import TargetChoice
+    from gradcam_cli.maps import CamOptions
+    from gradcam_cli.cams.engine import compute_cams
+    from gradcam_cli.layers.paths import default_layer_paths, resolve_layers
+    from gradcam_cli.cams.methods import get_method
+    from gradcam_cli.model.load import load_model, place_model, resolve_precision
+    from gradcam_cli.cams.targets import TargetChoice
 
     loaded = load_model(model_name, pretrained=False)
     model = loaded.model.eval()

@@ -36,7 +36,7 @@ from pointing_game_check import SIZES, distance_to_box  # noqa: E402
 from shapes import make_scene  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from gradcam_cli.methods import METHODS  # noqa: E402  (the registry; imports no torch)
+from gradcam_cli.cams.methods import METHODS  # noqa: E402  (the registry; imports no torch)
 
 README = ROOT / "README.md"
 START, END = "<!-- pointing-game-table:start -->", "<!-- pointing-game-table:end -->"
@@ -80,7 +80,7 @@ def make_scenes(folder: Path, n: int, seed: int) -> dict[str, tuple[int, tuple[i
 
 
 def run_method(row: Row, scenes: Path, out: Path, truth: dict, tolerance: float) -> Row:
-    command = [sys.executable, "-m", "gradcam_cli.cli", "explain", str(scenes), *MODEL_ARGS,
+    command = [sys.executable, "-m", "gradcam_cli.cli.app", "explain", str(scenes), *MODEL_ARGS,
                "--method", row.method, *row.flags, "--save-raw", "--json", "-q", "-o", str(out)]
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)

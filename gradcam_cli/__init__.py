@@ -11,12 +11,12 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "cam"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .api import cam
+    from gradcam_cli.api import cam
 
 
 def __getattr__(name: str) -> Any:
     if name == "cam":
-        from .api import cam
+        from gradcam_cli.api import cam
 
         return cam
     raise AttributeError(f"module 'gradcam_cli' has no attribute {name!r}")

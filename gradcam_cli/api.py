@@ -4,10 +4,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Union
 from collections.abc import Sequence
 
-from .cams import CamOptions, compute_cams
-from .layers import ResolvedLayer, default_layer_paths, resolve_layer
-from .methods import get_method
-from .targets import TargetChoice
+from gradcam_cli.maps import CamOptions
+from gradcam_cli.cams.engine import compute_cams
+from gradcam_cli.layers.paths import ResolvedLayer, default_layer_paths, resolve_layer
+from gradcam_cli.cams.methods import get_method
+from gradcam_cli.cams.targets import TargetChoice
 
 if TYPE_CHECKING:
     import torch

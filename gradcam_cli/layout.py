@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .errors import LayoutError
+from gradcam_cli.errors import LayoutError
 
 if TYPE_CHECKING:
     import torch

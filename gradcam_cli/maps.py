@@ -11,7 +11,7 @@ from enum import Enum
 from typing import TYPE_CHECKING
 from collections.abc import Callable, Sequence
 
-from .preprocess import resize
+from gradcam_cli.geometry import resize
 
 if TYPE_CHECKING:
     import torch

@@ -109,7 +109,7 @@ class CliResult:
 @pytest.fixture
 def run_cli():
     """Run `gradcam ARGS` in this process (torch loads once) with captured streams."""
-    from gradcam_cli.cli import main
+    from gradcam_cli.cli.app import main
 
     def run(*args: str, stdin: str = "") -> CliResult:
         out, err = io.StringIO(), io.StringIO()

@@ -15,15 +15,17 @@ from conftest import ROOT
 PACKAGE = ROOT / "gradcam_cli"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "state", "signals", "methods.base", "methods.projection"}),
-    ("models", {"models", "targets", "layout"}),
-    ("tensors and pixels", {"preprocess", "maps", "images"}),
-    ("layers and extraction", {"layers", "extractor", "perturb", "guided", "augment"}),
-    ("methods", {"methods", "methods.*"}),
-    ("maps from tensors", {"cams", "api"}),
-    ("files", {"sources", "outputs", "writer", "workers"}),
-    ("the engine", {"pipeline"}),
-    ("the command line", {"cli", "config", "__main__", "__init__"}),
+    ("leaves", {"errors", "model.state"}),
+    ("models", {"model", "model.*"}),
+    ("tensors and pixels", {"layout", "geometry", "maps"}),
+    ("layers", {"layers", "layers.*"}),
+    ("extraction", {"extract", "extract.*"}),
+    ("methods", {"cams", "cams.targets", "cams.methods", "cams.methods.*"}),
+    ("maps from tensors", {"cams.augment", "cams.engine"}),
+    ("the Python API", {"api"}),
+    ("files", {"inputs", "inputs.*", "outputs", "outputs.*"}),
+    ("the engine", {"run", "run.*"}),
+    ("the command line", {"cli", "cli.*", "__main__", "__init__"}),
 ]
 
 
@@ -45,11 +47,15 @@ def _imports(path: Path, modules: set[str]) -> set[str]:
             for candidate in [target, *(f"{target}.{alias.name}".lstrip(".") for alias in node.names)]:
                 if candidate in modules and candidate != name:
                     found.add(candidate)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for full in names:
-                if full.startswith("gradcam_cli."):
-                    found.add(full.removeprefix("gradcam_cli."))
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gradcam_cli"):
+            target = (node.module or "").removeprefix("gradcam_cli").lstrip(".")
+            for candidate in [target, *(f"{target}.{alias.name}".lstrip(".") for alias in node.names)]:
+                if candidate in modules and candidate != name:
+                    found.add(candidate)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("gradcam_cli."):
+                    found.add(alias.name.removeprefix("gradcam_cli."))
     return found
 
 

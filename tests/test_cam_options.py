@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import gradcam_cli
 from conftest import seeded, write_image
-from gradcam_cli.augment import VIEWS, View
+from gradcam_cli.cams.augment import VIEWS, View
 from test_methods import timm_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -208,7 +208,7 @@ def test_missing_input_file_is_an_error_record(run_cli, tmp_path):
 
 
 def test_inputs_that_hold_no_image_fail_before_the_model_loads(run_cli, tmp_path, monkeypatch):
-    from gradcam_cli import pipeline
+    from gradcam_cli.run import pipeline
 
     def no_model(*_args, **_kwargs):
         raise AssertionError("the model was loaded although no input holds an image")
@@ -243,8 +243,8 @@ def test_a_failure_on_a_terminal_is_one_line_with_the_path_once(run_cli, tmp_pat
 
 
 def test_human_lines_for_done_skipped_and_failed_records():
-    from gradcam_cli.cli import _human_line
-    from gradcam_cli.outputs import ImageRecord
+    from gradcam_cli.cli.app import _human_line
+    from gradcam_cli.outputs.records import ImageRecord
 
     skipped = ImageRecord(input="photo.jpg", ok=True, skipped=True, outputs=["out/photo.gradcam.png"])
     assert _human_line(skipped) == "↷ photo.jpg: skipped, outputs exist (out/photo.gradcam.png)"
@@ -261,8 +261,8 @@ def test_a_failure_and_a_blank_map_are_each_said_once(as_json):
     """As JSON: the record on stdout and one stderr line. On a terminal: the image's own line says it all."""
     import io
 
-    from gradcam_cli.cli import Streams, _Reporter
-    from gradcam_cli.outputs import ImageRecord, TargetRecord
+    from gradcam_cli.cli.app import Streams, _Reporter
+    from gradcam_cli.outputs.records import ImageRecord, TargetRecord
 
     out, err = io.StringIO(), io.StringIO()
     reporter = _Reporter(Streams(io.StringIO(), out, err), as_json=as_json, progress=None)
@@ -304,7 +304,7 @@ def test_an_unknown_choice_is_one_plain_line(run_cli, tmp_path, args, line):
 
 
 def test_an_unknown_method_is_refused_like_the_other_choices(run_cli, tmp_path):
-    from gradcam_cli.methods import method_names
+    from gradcam_cli.cams.methods import method_names
 
     result = run_cli("explain", "x.jpg", "-m", "test_resnet", "--method", "gradcm", "-o", tmp_path / "out")
     assert result.code == 2
@@ -345,7 +345,7 @@ def test_version(run_cli):
 
 HELP_SCRIPT = """
 import sys
-from gradcam_cli.cli import main
+from gradcam_cli.cli.app import main
 try:
     main(sys.argv[1:])
 except SystemExit as exit_:
@@ -376,7 +376,7 @@ def _console_script() -> str:
 
 FAIL_FAST_SCRIPT = """
 import sys
-from gradcam_cli.cli import main
+from gradcam_cli.cli.app import main
 try:
     main(sys.argv[1:])
 except SystemExit as exit_:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, write_image
-from gradcam_cli.config import load_preset
+from gradcam_cli.cli.presets import load_preset
 from gradcam_cli.errors import UsageError
 
 PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -150,7 +150,7 @@ def _readme_preset_keys() -> list[str]:
 
 
 def test_every_preset_key_the_readme_lists_is_accepted(tmp_path):
-    from gradcam_cli.config import PRESET_KEYS
+    from gradcam_cli.cli.presets import PRESET_KEYS
 
     keys = _readme_preset_keys()
     assert "skip_existing" in keys and set(keys) <= set(PRESET_KEYS), set(keys) - set(PRESET_KEYS)

@@ -7,7 +7,7 @@ import pytest
 import typer
 
 from conftest import ROOT
-from gradcam_cli.cli import app
+from gradcam_cli.cli.app import app
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

@@ -10,9 +10,9 @@ import torch
 
 import gradcam_cli
 from conftest import seeded, write_image
-from gradcam_cli.pipeline import Explainer, ExplainSettings
-from gradcam_cli.sources import Source
-from gradcam_cli.workers import ordered_map
+from gradcam_cli.run.pipeline import Explainer, ExplainSettings
+from gradcam_cli.inputs.sources import Source
+from gradcam_cli.run.workers import ordered_map
 from test_methods import timm_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -157,10 +157,10 @@ def test_unknown_precision_is_a_usage_error(run_cli, tmp_path) -> None:
     ("test_vit", "blocks.-1.norm1", (2, 3, 160, 160)),
 ])
 def test_topk_from_one_forward_equals_one_class_at_a_time(model_name: str, layer: str, shape: tuple) -> None:
-    from gradcam_cli.cams import compute_cams
-    from gradcam_cli.layers import resolve_layers
-    from gradcam_cli.methods import get_method
-    from gradcam_cli.targets import TargetChoice
+    from gradcam_cli.cams.engine import compute_cams
+    from gradcam_cli.layers.paths import resolve_layers
+    from gradcam_cli.cams.methods import get_method
+    from gradcam_cli.cams.targets import TargetChoice
 
     model = timm_model(model_name)
     x = seeded(34, *shape)

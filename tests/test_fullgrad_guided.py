@@ -25,11 +25,12 @@ from torch import nn
 
 import gradcam_cli
 from conftest import seeded
-from gradcam_cli.cams import CamBatch, compute_cams
-from gradcam_cli.guided import GuidedBackprop
-from gradcam_cli.layers import resolve_layer
-from gradcam_cli.methods import get_method
-from gradcam_cli.targets import TargetChoice
+from gradcam_cli.maps import CamBatch
+from gradcam_cli.cams.engine import compute_cams
+from gradcam_cli.extract.guided import GuidedBackprop
+from gradcam_cli.layers.paths import resolve_layer
+from gradcam_cli.cams.methods import get_method
+from gradcam_cli.cams.targets import TargetChoice
 from test_methods import per_image_classes, timm_model
 
 torchvision = pytest.importorskip("torchvision")
@@ -122,7 +123,7 @@ def test_fullgrad_matches_reference(name: str, eigen_smooth: bool, monkeypatch: 
     # below), so negating `first_component` would be undone there: the other
     # sign comes from negating `orient`'s result, through the same pipeline.
     # Each image must match, at the same atol, our map or that one.
-    fullgrad_module = importlib.import_module("gradcam_cli.methods.fullgrad")
+    fullgrad_module = importlib.import_module("gradcam_cli.cams.methods.fullgrad")
     orient = fullgrad_module.orient
     monkeypatch.setattr(fullgrad_module, "orient", lambda projection, parts: -orient(projection, parts))
     negated = gradcam_cli.cam(model, x, layer, method="fullgrad", classes=classes, eigen_smooth=True)

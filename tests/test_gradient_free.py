@@ -25,8 +25,8 @@ from torch import nn
 
 import gradcam_cli
 from conftest import ROOT, seeded
-from gradcam_cli import cams
-from gradcam_cli.methods.projection import first_component
+from gradcam_cli.cams import engine as cams
+from gradcam_cli.cams.methods.projection import first_component
 
 timm = pytest.importorskip("timm")
 pytest.importorskip("pytorch_grad_cam")

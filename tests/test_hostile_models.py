@@ -82,7 +82,7 @@ def test_alias_bomb_preset_fails_fast_in_a_real_process(tmp_path, image):
 
 
 def test_alias_bomb_is_refused_in_well_under_a_second(tmp_path):
-    from gradcam_cli.config import load_preset
+    from gradcam_cli.cli.presets import load_preset
     from gradcam_cli.errors import UsageError
 
     bomb = billion_laughs(tmp_path / "bomb.yaml")
@@ -93,7 +93,7 @@ def test_alias_bomb_is_refused_in_well_under_a_second(tmp_path):
 
 
 def test_a_single_alias_is_refused_too(tmp_path):
-    from gradcam_cli.config import load_preset
+    from gradcam_cli.cli.presets import load_preset
     from gradcam_cli.errors import UsageError
 
     preset = tmp_path / "alias.yaml"
@@ -120,7 +120,7 @@ def test_a_single_alias_is_refused_too(tmp_path):
     ids=["long-list", "long-string", "long-key", "deep", "deep-block", "huge-int", "bad-date", "unclosed", "too-big"],
 )
 def test_hostile_preset_values_give_one_short_line(tmp_path, text, expected):
-    from gradcam_cli.config import MAX_SHOWN_CHARS, load_preset
+    from gradcam_cli.cli.presets import MAX_SHOWN_CHARS, load_preset
     from gradcam_cli.errors import UsageError
 
     preset = tmp_path / "hostile.yaml"
@@ -135,7 +135,7 @@ def test_hostile_preset_values_give_one_short_line(tmp_path, text, expected):
 
 
 def test_preset_with_a_byte_order_mark_loads(tmp_path):
-    from gradcam_cli.config import load_preset
+    from gradcam_cli.cli.presets import load_preset
 
     preset = tmp_path / "bom.yaml"
     preset.write_bytes(b"\xef\xbb\xbfmodel: test_resnet\ntopk: 2\n")
@@ -232,7 +232,7 @@ def test_the_zip_bomb_is_real(zip_bomb):
 
 def test_zip_bomb_weights_are_refused_before_inflating(zip_bomb):
     from gradcam_cli.errors import ModelError
-    from gradcam_cli.models import read_state_dict
+    from gradcam_cli.model.load import read_state_dict
 
     start = time.monotonic()
     with pytest.raises(ModelError, match=r"declares 1\.0 GiB of data in a 1\.0 MiB file \(a compression bomb\?\)"):
@@ -263,7 +263,7 @@ def test_real_pth_checkpoints_pass_the_size_check(tmp_path):
     """torch.save stores tensors uncompressed: even all-zero weights declare about the file's size."""
     import torch
 
-    from gradcam_cli.models import MAX_INFLATION, read_state_dict
+    from gradcam_cli.model.load import MAX_INFLATION, read_state_dict
 
     path = tmp_path / "zeros.pth"
     torch.save({"w": torch.zeros(1 << 20), "b": torch.zeros(3)}, path)
@@ -293,7 +293,7 @@ def safetensors_file(path: Path, header: dict, data: bytes = b"", header_length:
 def test_safetensors_headers_that_lie_about_sizes_are_refused(tmp_path, header, length):
     """safetensors checks every declared size against the file (verified here, not repeated in gradcam)."""
     from gradcam_cli.errors import ModelError
-    from gradcam_cli.models import read_state_dict
+    from gradcam_cli.model.load import read_state_dict
 
     path = safetensors_file(tmp_path / "lie.safetensors", header, bytes(16), length)
     start = time.monotonic()
@@ -351,7 +351,7 @@ def test_a_classifier_weight_that_cannot_be_one_is_refused(run_cli, tmp_path, im
 def test_checkpoint_num_classes_believes_a_real_head(fc_state):
     import timm
 
-    from gradcam_cli.models import checkpoint_num_classes
+    from gradcam_cli.model.load import checkpoint_num_classes
 
     model = timm.create_model("test_resnet", pretrained=False)
     assert checkpoint_num_classes(model, fc_state) == 3
@@ -398,7 +398,7 @@ def assert_quick(seconds: float, tmp_path: Path, env: dict[str, str], budget: fl
     if seconds < budget:
         return
     start = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch, timm, torchvision, gradcam_cli.cli, gradcam_cli.pipeline"],
+    subprocess.run([sys.executable, "-c", "import torch, timm, torchvision, gradcam_cli.cli.app, gradcam_cli.run.pipeline"],
                    cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, check=True, timeout=120)
     imports = time.monotonic() - start
     assert seconds - imports < 5, f"{seconds:.1f} s, of which {imports:.1f} s to import the libraries"
@@ -406,8 +406,8 @@ def assert_quick(seconds: float, tmp_path: Path, env: dict[str, str], budget: fl
 
 CACHED_CHECK = """
 import sys, torch
-from gradcam_cli.cli import main
-from gradcam_cli.models import load_model
+from gradcam_cli.cli.app import main
+from gradcam_cli.model.load import load_model
 from safetensors.torch import load_file
 for name, path in (("test_resnet", sys.argv[1]), ("torchvision:squeezenet1_1", sys.argv[2])):
     expected = load_file(path) if path.endswith(".safetensors") else torch.load(path, weights_only=True)
@@ -475,7 +475,7 @@ def black_hole():
 
 
 def test_probe_answers_within_its_timeout(black_hole):
-    from gradcam_cli.models import _answers
+    from gradcam_cli.model.load import _answers
 
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
@@ -495,7 +495,7 @@ def test_a_hub_that_never_answers_costs_the_probe_timeout_only(run_cli, tmp_path
     """A silent network (packets dropped): huggingface_hub would wait 10 s per try; torch.hub has no timeout at all."""
     from huggingface_hub import constants
 
-    from gradcam_cli.models import HUB_PROBE_TIMEOUT_S
+    from gradcam_cli.model.load import HUB_PROBE_TIMEOUT_S
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", black_hole)

@@ -84,7 +84,7 @@ def test_a_signal_mid_batch_leaves_whole_files_and_skip_existing_does_the_rest(t
 
 @pytest.mark.slow
 def test_out_of_memory_splits_the_batch_and_gives_the_same_files(run_cli, tmp_path, monkeypatch) -> None:
-    from gradcam_cli.pipeline import Explainer
+    from gradcam_cli.run.pipeline import Explainer
 
     folder = _folder(tmp_path, 7)
     plain = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "8", "-o", tmp_path / "a", "--json")
@@ -110,7 +110,7 @@ def test_out_of_memory_splits_the_batch_and_gives_the_same_files(run_cli, tmp_pa
 
 @pytest.mark.slow
 def test_an_image_that_never_fits_gets_an_error_record(run_cli, tmp_path, monkeypatch) -> None:
-    from gradcam_cli.pipeline import Explainer
+    from gradcam_cli.run.pipeline import Explainer
 
     def no_memory(self, x):
         raise RuntimeError("CUDA error: out of memory")
@@ -137,7 +137,7 @@ def test_an_output_folder_that_cannot_be_written_is_one_message(run_cli, tmp_pat
 
 
 def test_a_full_disk_stops_the_run_with_one_message(run_cli, tmp_path, monkeypatch) -> None:
-    from gradcam_cli import writer
+    from gradcam_cli.outputs import writer
 
     real = writer.write_atomic
     writes = []
@@ -167,7 +167,7 @@ def test_a_full_disk_stops_the_run_with_one_message(run_cli, tmp_path, monkeypat
 def test_a_stop_request_waits_for_a_checkpoint_and_a_second_signal_does_not():
     """While images stream a signal only asks; the engine stops at its next checkpoint (no lock left held)."""
     from gradcam_cli.errors import Interrupted
-    from gradcam_cli.signals import StopRequests
+    from gradcam_cli.cli.signals import StopRequests
 
     with StopRequests() as stops:
         with pytest.raises(Interrupted) as first:
@@ -184,7 +184,7 @@ def test_a_stop_request_waits_for_a_checkpoint_and_a_second_signal_does_not():
 def test_a_second_signal_ends_the_process_at_once(tmp_path) -> None:
     """Asked twice while the run streams: the process ends at once (no exception that could leave a lock held)."""
     script = ("import os, signal, time\n"
-              "from gradcam_cli.signals import StopRequests\n"
+              "from gradcam_cli.cli.signals import StopRequests\n"
               "with StopRequests() as stops, stops.deferred():\n"
               "    os.kill(os.getpid(), signal.SIGINT); time.sleep(0.05)\n"
               "    print('still running', flush=True)\n"

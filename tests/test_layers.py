@@ -11,7 +11,7 @@ from collections import OrderedDict
 import pytest
 
 from gradcam_cli.errors import LayerError
-from gradcam_cli.layers import default_layer_paths, resolve_layer
+from gradcam_cli.layers.paths import default_layer_paths, resolve_layer
 
 
 def timm_model(name: str):
@@ -283,8 +283,8 @@ TOKEN_FAMILIES = {
 @pytest.mark.parametrize("family", list(TOKEN_FAMILIES))
 def test_every_token_layer_gets_the_real_patch_grid(family):
     """Each layer's prefix count is its tokens minus the patch grid's cells, not the model-wide count."""
-    from gradcam_cli.layers import layer_rows, resolve_layers
-    from gradcam_cli.models import num_prefix_tokens
+    from gradcam_cli.layers.paths import layer_rows, resolve_layers
+    from gradcam_cli.model.load import num_prefix_tokens
 
     build, size, source, arch, conv_map, default_prefix = TOKEN_FAMILIES[family]
     model = build()

@@ -306,7 +306,7 @@ def test_patch_embed_and_its_projection_give_the_same_map(family: str) -> None:
 @pytest.mark.parametrize("family", ["cait", "xcit", "xcit-non-square"])
 def test_default_layer_of_models_that_add_the_class_token_late(family: str) -> None:
     """CaiT and XCiT blocks hold patch tokens only: the default layer's map equals the one at --grid."""
-    from gradcam_cli.layers import default_layer_paths
+    from gradcam_cli.layers.paths import default_layer_paths
 
     build, size = FAMILIES[family]
     model = build()

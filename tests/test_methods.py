@@ -14,7 +14,7 @@ import torch
 
 import gradcam_cli
 from conftest import seeded, write_image
-from gradcam_cli.methods import METHODS
+from gradcam_cli.cams.methods import METHODS
 
 timm = pytest.importorskip("timm")
 pytest.importorskip("pytorch_grad_cam")
@@ -115,8 +115,8 @@ def test_method_matches_reference(method: str, case: str, eigen_smooth: bool, mo
     # projection makes the two signs give entirely different maps, so each image
     # must match, within its tolerance, either our map or the one from the negated
     # component, computed through the same pipeline.
-    from gradcam_cli import cams
-    from gradcam_cli.methods.projection import first_component
+    from gradcam_cli.cams import engine as cams
+    from gradcam_cli.cams.methods.projection import first_component
 
     weighted, weighted_ref = projection_inputs(model, x, path, method, classes, eigen_smooth, module, reshape,
                                                monkeypatch)
@@ -157,7 +157,7 @@ def projection_inputs(model, x, path, method, classes, eigen_smooth, module, res
 
     from pytorch_grad_cam.utils import svd_on_activations
 
-    from gradcam_cli import cams
+    from gradcam_cli.cams import engine as cams
 
     ours: list[torch.Tensor] = []
     theirs: list[np.ndarray] = []

@@ -52,7 +52,7 @@ def save_safetensors(state, path: Path) -> Path:
 def assert_loaded(state, weights: Path) -> None:
     import torch
 
-    from gradcam_cli.models import load_model
+    from gradcam_cli.model.load import load_model
 
     loaded = load_model("test_resnet", pretrained=False, weights=weights)
     own = loaded.model.state_dict()
@@ -112,7 +112,7 @@ def test_labels_with_the_wrong_count_are_a_usage_error(run_cli, tmp_path, image,
 
 def test_labels_with_a_byte_order_mark(tmp_path):
     """Windows editors start UTF-8 files with a BOM; it must not become part of the first class name."""
-    from gradcam_cli.models import read_labels
+    from gradcam_cli.model.load import read_labels
 
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(LABELS).encode() + b"\r\n")
@@ -152,7 +152,7 @@ def test_integer_buffers_still_load(three_class_state, tmp_path):
     """BatchNorm's num_batches_tracked is int64 in the model too: nothing to refuse."""
     import torch
 
-    from gradcam_cli.models import load_model
+    from gradcam_cli.model.load import load_model
 
     assert three_class_state["bn1.num_batches_tracked"].dtype == torch.int64
     state = dict(three_class_state, **{"bn1.num_batches_tracked": torch.tensor(7)})
@@ -250,7 +250,7 @@ def test_resolve_device():
     import torch
 
     from gradcam_cli.errors import UsageError
-    from gradcam_cli.models import resolve_device
+    from gradcam_cli.model.load import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device(" CPU ") == torch.device("cpu")

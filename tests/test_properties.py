@@ -94,7 +94,7 @@ def _token(draw, index: int, count: int, name: str, parent) -> str:
 @given(data=st.data())
 @pytest.mark.slow
 def test_valid_path_resolves_to_the_module_reached_by_hand(data):
-    from gradcam_cli.layers import resolve_layer
+    from gradcam_cli.layers.paths import resolve_layer
 
     model, walk = data.draw(model_and_walk())
     assume(walk)
@@ -131,7 +131,7 @@ def _bad_token(draw, parent) -> str:
 @pytest.mark.slow
 def test_invalid_path_is_a_layer_error_naming_the_bad_step(data):
     from gradcam_cli.errors import GradcamError, LayerError, UsageError
-    from gradcam_cli.layers import resolve_layer
+    from gradcam_cli.layers.paths import resolve_layer
 
     model, walk = data.draw(model_and_walk())
     keep = data.draw(st.integers(0, len(walk)))
@@ -160,7 +160,7 @@ def test_a_name_wins_over_an_index_and_plain_ints_only():
     from torch import nn
 
     from gradcam_cli.errors import LayerError
-    from gradcam_cli.layers import resolve_layer
+    from gradcam_cli.layers.paths import resolve_layer
 
     a, b, c = nn.ReLU(), nn.Identity(), nn.Tanh()
     model = nn.ModuleDict({"1": a, "0": b, "x": c})
@@ -187,7 +187,7 @@ SIDE = st.integers(1, 5000)
 
 @st.composite
 def data_configs(draw):
-    from gradcam_cli.models import DataConfig
+    from gradcam_cli.model.load import DataConfig
 
     side = draw(st.integers(8, 512))
     input_hw = (side, side) if draw(st.booleans()) else (draw(st.integers(8, 512)), side)
@@ -204,7 +204,7 @@ def data_configs(draw):
 @SETTINGS
 @given(height=SIDE, width=SIDE, config=data_configs(), crop=st.booleans(), fx=st.floats(0, 1), fy=st.floats(0, 1))
 def test_original_to_input_and_back_is_within_a_pixel(height, width, config, crop, fx, fy):
-    from gradcam_cli.preprocess import plan_geometry
+    from gradcam_cli.geometry import plan_geometry
 
     geometry = plan_geometry((height, width), config, crop=crop)
     in_h, in_w = config.input_hw
@@ -237,7 +237,7 @@ def test_a_hot_input_pixel_lands_where_to_original_says(height, width, config, c
     """map_to_original agrees with Geometry.to_original: a delta at input (u, v) peaks near to_original(u, v)."""
     import torch
 
-    from gradcam_cli.preprocess import map_to_original, plan_geometry
+    from gradcam_cli.geometry import map_to_original, plan_geometry
 
     in_h, in_w = config.input_hw
     geometry = plan_geometry((height, width), config, crop=crop)
@@ -299,7 +299,7 @@ def encoded_images(draw):
 def test_every_mode_and_format_decodes_to_uint8_rgb_of_its_size(case, transparency, tmp_path_factory):
     from PIL import Image
 
-    from gradcam_cli.images import load_image
+    from gradcam_cli.outputs.images import load_image
 
     fmt, mode, array = case
     image = _image(mode, array)
@@ -361,7 +361,7 @@ def hostile_bytes(draw):
 @given(data=hostile_bytes(), suffix=st.sampled_from([".png", ".jpg"]))
 def test_arbitrary_bytes_give_an_image_or_an_input_error(data, suffix, tmp_path_factory):
     from gradcam_cli.errors import InputError
-    from gradcam_cli.images import load_image
+    from gradcam_cli.outputs.images import load_image
 
     path = tmp_path_factory.mktemp("bytes") / f"file{suffix}"
     path.write_bytes(data)
@@ -379,7 +379,7 @@ def test_names_of_the_error_kinds_in_the_messages():
     import tempfile
 
     from gradcam_cli.errors import InputError
-    from gradcam_cli.images import load_image
+    from gradcam_cli.outputs.images import load_image
 
     with tempfile.TemporaryDirectory() as folder:
         cases = {"e.png": (b"", r"empty file"), "h.jpg": (b"\n<html><p>x</p></html>", r"HTML page"),

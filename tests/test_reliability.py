@@ -160,7 +160,7 @@ def _poison(kind: str):
 
 @pytest.mark.parametrize("kind", ["nan-score", "inf-score", "nan-gradient"])
 def test_non_finite_image_is_an_error_record_and_the_rest_are_explained(run_cli, tmp_path, monkeypatch, kind):
-    import gradcam_cli.models as models
+    import gradcam_cli.model.load as models
 
     real_load = models.load_model
     wrap = _poison(kind)

@@ -1,0 +1,214 @@
+"""From a batch of input tensors to maps: the heart of every run.
+
+One runner per method kind (see `methods.MethodKind`), then the same finish for
+all: channels reduced (sum, or first principal component), ReLU, per-layer
+normalisation, upsampling, layers combined, renormalised. Kept free of files
+and images so the Python API and the CLI share it.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from collections.abc import Sequence
+
+from gradcam_cli.extract.recorder import LayerRecorder
+from gradcam_cli.layout import Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
+from gradcam_cli.maps import CamBatch, CamOptions, NetworkGradients, finish_maps, finite_rows
+from gradcam_cli.cams.methods import MethodKind
+from gradcam_cli.cams.methods.projection import first_component
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from gradcam_cli.layers.paths import ResolvedLayer
+    from gradcam_cli.cams.methods import CamMethod
+    from gradcam_cli.cams.targets import TargetChoice
+
+@dataclass
+class _Job:
+    """One batch to explain, and everything the runners share about it."""
+
+    model: nn.Module
+    x: torch.Tensor
+    layers: Sequence[ResolvedLayer]
+    method: CamMethod
+    targets: TargetChoice
+    options: CamOptions
+    hints: LayoutHints
+    model_name: str
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return (int(self.x.shape[-2]), int(self.x.shape[-1]))
+
+    def layouts(self, activations: Sequence[torch.Tensor]) -> list[Layout]:
+        """Each layer's layout; the patch grid is asked for at this input's size (aug-smooth rescales it)."""
+        from dataclasses import replace
+
+        hints = replace(self.hints, patch_grid=patch_grid(self.model, self.size))
+        return [
+            detect_layout(tuple(a.shape), self.size, replace(hints, channels_dim=channels_dim_hint(layer.module)),
+                          layer.name)
+            for a, layer in zip(activations, self.layers)
+        ]
+
+    def autocast(self) -> contextlib.AbstractContextManager[object]:
+        """Mixed precision for the model's forward passes when asked for (backward follows the forward's dtypes)."""
+        import torch
+
+        if self.options.precision is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.x.device.type, dtype=self.options.precision)
+
+    def reduce(self, contributions: torch.Tensor) -> torch.Tensor:
+        """Channel contributions (N, C, h, w) → raw map (N, h, w)."""
+        if self.method.projection or self.options.eigen_smooth:
+            return first_component(contributions)
+        return contributions.sum(dim=1)
+
+
+def _stack(maps: list[torch.Tensor], blanks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-rank maps (N, H, W) and flags (N,) → (N, K, H, W) and (N, K)."""
+    import torch
+
+    return torch.stack(maps, dim=1).nan_to_num_(0.0), torch.stack(blanks, dim=1)
+
+
+def _run_gradient(job: _Job) -> CamBatch:
+    """One forward with a graph, then the gradients of every target rank, stopping at the layers."""
+    import torch
+
+    from gradcam_cli.extract.guided import guided_backprop
+
+    method = job.method
+    with LayerRecorder(job.model, list(job.layers), job.model_name, input_grad=method.guided) as recorder, \
+            guided_backprop(method.guided) as guide:
+        with job.autocast():
+            logits = recorder.forward(job.x)
+        chosen = job.targets.choose(logits)
+        activations = recorder.activations()
+        layouts = job.layouts(activations)
+        finite = finite_rows(logits.detach(), *activations)
+        scores = logits.gather(1, chosen).float()
+        per_rank = recorder.gradients_per_rank(scores, retain_graph=method.guided)
+        maps, blanks, guided = [], [], []
+        for k, gradients in enumerate(per_rank):
+            finite &= finite_rows(*gradients)
+            raws = [
+                job.reduce(method.compute(layout.to_nchw(a).float(), layout.to_nchw(g).float()))
+                for a, g, layout in zip(activations, gradients, layouts)
+            ]
+            cam, blank = finish_maps(raws, job.size, job.options)
+            if guide is not None:
+                backprop = guide.input_gradient(scores[:, k].sum(), recorder.input, retain_graph=k + 1 < len(per_rank))
+                finite &= finite_rows(backprop)
+                cam, blank, image = guide.combine(cam, backprop, job.options)
+                guided.append(image)
+            maps.append(cam)
+            blanks.append(blank)
+    maps_t, blanks_t = _stack(maps, blanks)
+    guided_t = torch.stack(guided, dim=1) if guided else None
+    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, guided_t)
+
+
+def _perturbation_raws(job: _Job, activations: list[torch.Tensor], grids: list[torch.Tensor],
+                       layouts: list[Layout], logits: torch.Tensor, classes: torch.Tensor) -> list[torch.Tensor]:
+    """Raw maps per layer of a gradient-free method that weighs channels by extra forwards."""
+    from gradcam_cli.extract.perturb import LayerProbe
+
+    raws = []
+    for layer, raw, layout, grid in zip(job.layers, activations, layouts, grids):
+        probe = LayerProbe(job.model, job.x, layer, layout, raw, grid, logits, classes,
+                           job.options.cam_batch_size, job.options.progress, job.method.name)
+        with job.autocast():
+            weights = job.method.compute(probe).float()
+        raws.append(job.reduce(weights[:, :, None, None] * grid))
+    return raws
+
+
+def _run_forward_only(job: _Job) -> CamBatch:
+    """Gradient-free methods: one forward that builds no graph, then the method's own forwards, if any."""
+    import torch
+
+    with torch.inference_mode():
+        with LayerRecorder(job.model, list(job.layers), job.model_name, graph=False) as recorder, job.autocast():
+            logits = recorder.forward(job.x)
+            activations = recorder.activations()
+        chosen = job.targets.choose(logits)
+        layouts = job.layouts(activations)
+        finite = finite_rows(logits, *activations)
+        grids = [layout.to_nchw(a).float() for a, layout in zip(activations, layouts)]
+        if job.method.kind is MethodKind.ACTIVATION:  # the same map for every class
+            cam, blank = finish_maps([job.reduce(job.method.compute(g, None)) for g in grids], job.size, job.options)
+            per_rank = [(cam, blank)] * chosen.shape[1]
+        else:
+            per_rank = [
+                finish_maps(_perturbation_raws(job, activations, grids, layouts, logits, chosen[:, k]), job.size,
+                            job.options)
+                for k in range(chosen.shape[1])
+            ]
+        maps_t, blanks_t = _stack([m for m, _ in per_rank], [b for _, b in per_rank])
+        return CamBatch(maps_t, blanks_t, finite, logits, chosen)
+
+
+def _run_network(job: _Job) -> CamBatch:
+    """Whole-network methods: gradients at the input and at every layer the method picks."""
+    hooked = job.method.network_layers(job.model)  # type: ignore[misc]
+    with LayerRecorder(job.model, hooked, job.model_name, strict=False, input_grad=True) as recorder:
+        with job.autocast():
+            logits = recorder.forward(job.x)
+        chosen = job.targets.choose(logits)
+        finite = finite_rows(logits.detach())
+        maps, blanks = [], []
+        for k in range(chosen.shape[1]):
+            score = logits.gather(1, chosen[:, k : k + 1]).float().sum()
+            input_grad, gradients = recorder.gradients_with_input(score, retain_graph=k + 1 < chosen.shape[1])
+            finite &= finite_rows(input_grad, *gradients)
+            ran = recorder.ran_layers()
+            network = NetworkGradients(
+                recorder.input.detach(), input_grad, [(layer.module, g) for layer, g in zip(ran, gradients)],
+                job.options.eigen_smooth,
+            )
+            cam, blank = finish_maps([job.method.compute(network)], job.size, job.options)
+            maps.append(cam)
+            blanks.append(blank)
+    maps_t, blanks_t = _stack(maps, blanks)
+    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen)
+
+
+_RUNNERS = {
+    MethodKind.GRADIENT: _run_gradient,
+    MethodKind.ACTIVATION: _run_forward_only,
+    MethodKind.PERTURBATION: _run_forward_only,
+    MethodKind.NETWORK: _run_network,
+}
+
+
+def compute_cams(
+    model: nn.Module,
+    x: torch.Tensor,
+    layers: Sequence[ResolvedLayer],
+    method: CamMethod,
+    targets: TargetChoice,
+    *,
+    options: CamOptions | None = None,
+    num_prefix_tokens: int | None = None,
+    grid: tuple[int, int] | None = None,
+    model_name: str = "the model",
+) -> CamBatch:
+    """Maps at the input tensor's size for each image and target rank."""
+    options = options or CamOptions()
+    job = _Job(model, x, layers, method, targets, options, LayoutHints(num_prefix_tokens, grid), model_name)
+    if options.aug_smooth:
+        from gradcam_cli.cams.augment import smoothed
+
+        return smoothed(lambda x_aug, choice: _run_once(job, x_aug, choice), x, targets, options)
+    return _run_once(job, x, targets)
+
+
+def _run_once(job: _Job, x: torch.Tensor, targets: TargetChoice) -> CamBatch:
+    from dataclasses import replace
+
+    return _RUNNERS[job.method.kind](replace(job, x=x, targets=targets))

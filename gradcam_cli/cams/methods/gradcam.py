@@ -1,0 +1,23 @@
+"""Grad-CAM: Selvaraju et al., "Grad-CAM: Visual Explanations from Deep Networks
+via Gradient-based Localization", ICCV 2017 (arXiv:1610.02391).
+
+Each channel is weighted by the spatial mean of the score's gradient over it.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gradcam_cli.cams.methods.base import register_method
+
+if TYPE_CHECKING:
+    import torch
+
+
+@register_method(
+    "gradcam",
+    summary="channel weights = mean gradient; the classic, robust default",
+    passes="1 forward + 1 backward to the layer",
+)
+def gradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
+    weights = gradients.mean(dim=(2, 3), keepdim=True)
+    return weights * activations

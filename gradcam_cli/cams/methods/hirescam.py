@@ -1,0 +1,23 @@
+"""HiResCAM: Draelos & Carin, "Use HiResCAM instead of Grad-CAM for faithful
+explanations of convolutional neural networks", 2020 (arXiv:2011.08891).
+
+No spatial averaging of the gradient: each activation is multiplied by its own
+gradient, element-wise, and the products are summed over channels.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gradcam_cli.cams.methods.base import register_method
+
+if TYPE_CHECKING:
+    import torch
+
+
+@register_method(
+    "hirescam",
+    summary="gradient x activation element-wise, summed over channels; faithful to the score",
+    passes="1 forward + 1 backward to the layer",
+)
+def hirescam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
+    return gradients * activations

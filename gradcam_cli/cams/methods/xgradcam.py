@@ -1,0 +1,27 @@
+"""XGrad-CAM: Fu et al., "Axiom-based Grad-CAM: Towards Accurate Visualization
+and Explanation of CNNs", BMVC 2020 (arXiv:2008.02312).
+
+Channel weight = sum(gradient x activation) / (sum(activation) + eps): the
+gradient averaged with the channel's own activations as weights.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gradcam_cli.cams.methods.base import register_method
+
+if TYPE_CHECKING:
+    import torch
+
+EPS = 1e-7  # the reference's stabiliser for a channel that sums to zero
+
+
+@register_method(
+    "xgradcam",
+    summary="channel weights = activation-weighted mean gradient (sensitivity/conservation axioms)",
+    passes="1 forward + 1 backward to the layer",
+)
+def xgradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
+    channel_sums = activations.sum(dim=(2, 3), keepdim=True)
+    weights = (gradients * activations / (channel_sums + EPS)).sum(dim=(2, 3), keepdim=True)
+    return weights * activations

@@ -1,0 +1,209 @@
+"""Run presets: YAML files naming the model, layers, method and options.
+
+A preset fills in what the command line did not say; flags always win. An
+unknown key or a value of the wrong kind is a usage error that names it.
+"""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+from collections.abc import Callable
+
+from gradcam_cli.errors import UsageError, one_line
+
+
+def _as_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise UsageError(f"config key '{key}': expected true or false, got {_shown(value)}")
+
+
+def _as_int(key: str, value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise UsageError(f"config key '{key}': expected a whole number, got {_shown(value)}")
+
+
+def _as_float(key: str, value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise UsageError(f"config key '{key}': expected a number, got {_shown(value)}")
+
+
+def _as_str(key: str, value: Any) -> str:
+    if isinstance(value, str) and value.strip():
+        return value
+    raise UsageError(f"config key '{key}': expected text, got {_shown(value)}")
+
+
+def _as_str_list(key: str, value: Any) -> list[str]:
+    if isinstance(value, (str, int)) and not isinstance(value, bool):
+        return [str(value)]
+    if isinstance(value, list) and value and all(isinstance(v, (str, int)) and not isinstance(v, bool) for v in value):
+        return [str(v) for v in value]
+    raise UsageError(f"config key '{key}': expected a name or a list of names, got {_shown(value)}")
+
+
+# preset key → (explain parameter name, converter)
+PRESET_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    "model": ("model", _as_str),
+    "pretrained": ("pretrained", _as_bool),
+    "weights": ("weights", _as_str),
+    "labels": ("labels", _as_str),
+    "layers": ("layers", _as_str_list),
+    "layer": ("layers", _as_str_list),
+    "method": ("method", _as_str),
+    "class": ("classes", _as_str_list),
+    "classes": ("classes", _as_str_list),
+    "topk": ("topk", _as_int),
+    "crop": ("crop", _as_bool),
+    "colormap": ("colormap", _as_str),
+    "alpha": ("alpha", _as_float),
+    "save_raw": ("save_raw", _as_bool),
+    "batch_size": ("batch_size", _as_int),
+    "device": ("device", _as_str),
+    "grid": ("grid", _as_str),
+    "output_dir": ("output_dir", _as_str),
+    "recursive": ("recursive", _as_bool),
+    "relu": ("relu", _as_bool),
+    "norm": ("norm", _as_str),
+    "combine": ("combine", _as_str),
+    "eigen_smooth": ("eigen_smooth", _as_bool),
+    "aug_smooth": ("aug_smooth", _as_bool),
+    "cam_batch_size": ("cam_batch_size", _as_int),
+    "save_guided": ("save_guided", _as_bool),
+    "precision": ("precision", _as_str),
+    "workers": ("workers", _as_int),
+    "max_pixels": ("max_pixels", _as_int),
+    "skip_existing": ("skip_existing", _as_bool),
+}
+PATH_KEYS = ("weights", "labels", "output_dir")  # relative to the preset's own folder, like any file it names
+
+
+def load_preset(path: Path) -> dict[str, Any]:
+    """Parameter name → checked value; every path key (PATH_KEYS) is relative to the preset's folder."""
+    if not path.is_file():
+        raise UsageError(f"--config {path}: no such file")
+    data = _safe_yaml(_read_preset_text(path), path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UsageError(f"--config {path}: expected a mapping of option: value at the top level")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        spec = PRESET_KEYS.get(str(key).replace("-", "_"))
+        if spec is None:
+            close = difflib.get_close_matches(str(key), list(PRESET_KEYS), n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise UsageError(f"--config {path}: unknown key '{one_line(key, 40)}'{hint}; known keys: {', '.join(PRESET_KEYS)}")
+        name, convert = spec
+        values[name] = convert(str(key), value)
+    for name in PATH_KEYS:
+        if name in values:
+            named = Path(values[name]).expanduser()
+            values[name] = str(named if named.is_absolute() else path.parent / named)
+    return values
+
+
+# ---------------------------------------------------------------- YAML safety
+
+# The shipped presets are ~300 bytes; 64 KiB leaves room for any comments and
+# still parses in well under a second (PyYAML is pure Python here).
+MAX_PRESET_BYTES = 64 * 1024
+MAX_SHOWN_CHARS = 80  # an error message shows at most this much of a value
+# A preset nests 3 deep (mapping, list, name). PyYAML's scanner costs grow with
+# the square of the depth, so 5,000 '[' took a second to reach Python's recursion limit.
+MAX_PRESET_DEPTH = 10
+
+
+class _AliasUsed(Exception):
+    """Raised by the preset loader at the first `*alias`; carries the YAML event."""
+
+
+class _TooDeep(Exception):
+    """Raised by the preset loader past MAX_PRESET_DEPTH; carries the YAML event."""
+
+
+def _preset_loader() -> type:
+    """yaml.SafeLoader that refuses aliases.
+
+    A preset is a flat `option: value` mapping, so anchors and aliases buy it
+    nothing, while nested aliases ("billion laughs") turn a 1 KB file into
+    billions of nodes for whatever walks or prints the value. Refusing them is
+    simpler and safer than counting expansions against a tuned limit.
+    """
+    import yaml
+
+    class PresetLoader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise _AliasUsed(self.peek_event())
+            if self.depth >= MAX_PRESET_DEPTH:
+                raise _TooDeep(self.peek_event())
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    return PresetLoader
+
+
+def _read_preset_text(path: Path) -> str:
+    """The preset's text (a UTF-8 BOM dropped); a file too big to be a preset is not read."""
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_PRESET_BYTES + 1)
+    except OSError as error:
+        raise UsageError(f"--config {path}: cannot read it ({error.strerror or type(error).__name__})") from None
+    if len(raw) > MAX_PRESET_BYTES:
+        raise UsageError(
+            f"--config {path}: over {MAX_PRESET_BYTES // 1024} KiB, too big for a preset; "
+            "a preset is a short YAML mapping of option: value"
+        )
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"--config {path}: not valid YAML (not UTF-8 text at byte {error.start}); save it as UTF-8") from None
+
+
+def _safe_yaml(text: str, path: Path) -> Any:
+    """Parse a preset: safe tags only, no aliases, every failure one short line."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_preset_loader())  # noqa: S506 - a SafeLoader subclass
+    except _AliasUsed as refused:
+        event = refused.args[0]
+        raise UsageError(
+            f"--config {path}: line {event.start_mark.line + 1} uses the YAML alias *{one_line(event.anchor, 40)}; "
+            "a preset may not use aliases (&name/*name), write the value out"
+        ) from None
+    except _TooDeep as refused:
+        line = refused.args[0].start_mark.line + 1
+        raise UsageError(f"--config {path}: line {line} nests values over {MAX_PRESET_DEPTH} deep; a preset is option: value") from None
+    except (yaml.YAMLError, ValueError, OverflowError) as error:  # ValueError: an int of 5,000 digits, a bad date
+        raise UsageError(f"--config {path}: not valid YAML ({_yaml_problem(error)})") from None
+
+
+def _yaml_problem(error: Exception) -> str:
+    """What PyYAML found and where, cut short; its own message spans several lines."""
+    problem = getattr(error, "problem", None)
+    mark = getattr(error, "problem_mark", None)
+    if problem and mark is not None:
+        return one_line(f"{problem} at line {mark.line + 1}, column {mark.column + 1}")
+    return one_line(str(error) or type(error).__name__)
+
+
+def _shown(value: Any) -> str:
+    """A value as an error message shows it: a repr bounded in depth and length, then cut."""
+    import reprlib
+
+    bounded = reprlib.Repr()
+    bounded.maxlevel = 3
+    bounded.maxlist = bounded.maxtuple = bounded.maxdict = bounded.maxset = 8
+    bounded.maxstring = bounded.maxother = MAX_SHOWN_CHARS
+    return one_line(bounded.repr(value))

@@ -1,0 +1,130 @@
+"""Preprocessing with its geometry recorded, so every map can be put back exactly.
+
+Two choices of what the model sees:
+- whole (default): the whole image resized to the model's input size. The map
+  then covers every pixel of the photo; nothing is silently cropped away.
+- crop: the model's own eval transform (resize the short side to
+  input/crop_pct, centre crop), as in training. The map covers the crop only;
+  outside it the map is zero.
+Normalisation (mean, std) and interpolation always come from the model's data config.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import torch
+
+    from gradcam_cli.model.load import DataConfig
+
+RESAMPLE = {"bilinear": 2, "bicubic": 3, "nearest": 0, "lanczos": 1, "box": 4, "hamming": 5}
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Where the model input lies in the original image.
+
+    The input's (input_h, input_w) pixels show the original region `box` =
+    (x0, y0, x1, y1), in original pixel units (edges, not centres).
+    """
+
+    original_hw: tuple[int, int]
+    input_hw: tuple[int, int]
+    resized_hw: tuple[int, int]
+    crop_offset: tuple[int, int]  # (top, left) in the resized image
+    box: tuple[float, float, float, float]
+
+    def to_original(self, u: float, v: float) -> tuple[float, float]:
+        """Input pixel centre (u=column, v=row) → original pixel coordinates."""
+        x0, y0, x1, y1 = self.box
+        h, w = self.input_hw
+        return x0 + (u + 0.5) * (x1 - x0) / w - 0.5, y0 + (v + 0.5) * (y1 - y0) / h - 0.5
+
+    def to_input(self, x: float, y: float) -> tuple[float, float]:
+        """Original pixel (x, y) → input pixel coordinates; the inverse of to_original."""
+        x0, y0, x1, y1 = self.box
+        h, w = self.input_hw
+        return (x + 0.5 - x0) * w / (x1 - x0) - 0.5, (y + 0.5 - y0) * h / (y1 - y0) - 0.5
+
+
+def plan_geometry(original_hw: tuple[int, int], config: DataConfig, crop: bool = False) -> Geometry:
+    """The resize (and optional centre crop) for one image of this size."""
+    height, width = original_hw
+    in_h, in_w = config.input_hw
+    if not crop:
+        return Geometry(original_hw, (in_h, in_w), (in_h, in_w), (0, 0), (0.0, 0.0, float(width), float(height)))
+    pct = config.crop_pct or 1.0
+    scale_h, scale_w = math.floor(in_h / pct), math.floor(in_w / pct)
+    if config.crop_mode == "squash" or in_h != in_w:
+        resized = (scale_h, scale_w)
+    elif height <= width:  # torchvision's Resize(int): the short side, long side int-truncated
+        resized = (scale_h, max(1, int(scale_h * width / height)))
+    else:
+        resized = (max(1, int(scale_w * height / width)), scale_w)
+    top = int(round((resized[0] - in_h) / 2.0))
+    left = int(round((resized[1] - in_w) / 2.0))
+    sy, sx = height / resized[0], width / resized[1]
+    box = (left * sx, top * sy, (left + in_w) * sx, (top + in_h) * sy)
+    return Geometry(original_hw, (in_h, in_w), resized, (top, left), box)
+
+
+def to_input_array(image: np.ndarray, geometry: Geometry, config: DataConfig) -> np.ndarray:
+    """RGB uint8 H×W×3 → float32 3×h×w, normalised with the model's mean and std."""
+    from PIL import Image
+
+    resample = RESAMPLE.get(config.interpolation, RESAMPLE["bilinear"])
+    resized_h, resized_w = geometry.resized_hw
+    pil = Image.fromarray(image)
+    if pil.size != (resized_w, resized_h):
+        pil = pil.resize((resized_w, resized_h), resample=resample)
+    top, left = geometry.crop_offset
+    in_h, in_w = geometry.input_hw
+    array = np.asarray(pil, dtype=np.float32)
+    array = _pad_to(array, top, left, in_h, in_w)
+    array = array / 255.0
+    array = (array - np.asarray(config.mean, dtype=np.float32)) / np.asarray(config.std, dtype=np.float32)
+    return np.ascontiguousarray(array.transpose(2, 0, 1))
+
+
+def _pad_to(array: np.ndarray, top: int, left: int, height: int, width: int) -> np.ndarray:
+    """Crop at (top, left); where the crop overhangs the image, pad with zeros like CenterCrop."""
+    out = np.zeros((height, width, array.shape[2]), dtype=array.dtype)
+    src_y0, src_x0 = max(top, 0), max(left, 0)
+    src_y1, src_x1 = min(top + height, array.shape[0]), min(left + width, array.shape[1])
+    out[src_y0 - top : src_y1 - top, src_x0 - left : src_x1 - left] = array[src_y0:src_y1, src_x0:src_x1]
+    return out
+
+
+def resize(t: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Any (..., h, w) tensor → (..., H, W), bilinear with half-pixel centres (as cv2.resize), dtype kept.
+
+    The one resize of maps and images in the package: layer maps to the input,
+    augmented views and their maps, FullGrad's parts, maps back onto the photo.
+    """
+    import torch.nn.functional as F
+
+    if tuple(t.shape[-2:]) == tuple(size):
+        return t
+    planes = t.reshape(-1, 1, *t.shape[-2:]).float()
+    out = F.interpolate(planes, size=size, mode="bilinear", align_corners=False)
+    return out.reshape(*t.shape[:-2], *size).to(t.dtype)
+
+
+def map_to_original(cam: torch.Tensor, geometry: Geometry, clamp: bool = True) -> np.ndarray:
+    """A map (h, w) or (C, h, w) at the input size → float32 at the original size (zero outside a crop).
+
+    `clamp` keeps values in [0, 1]; raw maps (--norm none) are resized as they are.
+    """
+    height, width = geometry.original_hw
+    x0, y0, x1, y1 = geometry.box
+    left, top = max(0, math.floor(x0)), max(0, math.floor(y0))
+    right, bottom = min(width, math.ceil(x1)), min(height, math.ceil(y1))
+    out = np.zeros((*cam.shape[:-2], height, width), dtype=np.float32)
+    if right > left and bottom > top:
+        region = resize(cam.float(), (bottom - top, right - left))
+        out[..., top:bottom, left:right] = (region.clamp(0, 1) if clamp else region).cpu().numpy()
+    return out

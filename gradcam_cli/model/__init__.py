@@ -1,0 +1,1 @@
+"""Building models: the hubs (timm, torchvision), checkpoints, labels, the device and the model's modes."""

@@ -1,0 +1,154 @@
+"""After the model: each image's maps put back onto the photo, written, and its record built.
+
+Runs in the worker threads (see workers.py), so it changes nothing shared but
+files on disk: output names are claimed beforehand, in input order, and every
+file is written under a temporary name and renamed.
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+
+import numpy as np
+
+from gradcam_cli.errors import InputError
+from gradcam_cli.outputs.images import Colormap, encode_npy, encode_png, overlay, remove_stale_temps, write_atomic
+from gradcam_cli.outputs.records import ImageRecord, OutputNamer, TargetRecord
+from gradcam_cli.geometry import Geometry, map_to_original
+
+if TYPE_CHECKING:
+    import torch
+
+    from gradcam_cli.maps import CamBatch
+
+TOPK_IN_RECORD = 5
+
+
+class ResultWriter:
+    """Writes overlays (and raw maps, guided images) for one run and builds the JSON records."""
+
+    def __init__(
+        self,
+        namer: OutputNamer,
+        class_names: Sequence[str] | None,
+        context: dict[str, Any],
+        *,
+        colormap: Colormap = Colormap.jet,
+        alpha: float = 0.5,
+        save_raw: bool = False,
+        save_guided: bool = False,
+        raw_norm: bool = False,
+        explicit_classes: bool = False,
+    ) -> None:
+        self.namer = namer
+        self.class_names = class_names
+        self.context = context  # model, layers, method, device, settings: the same in every record
+        self.colormap, self.alpha = colormap, alpha
+        self.save_raw, self.save_guided = save_raw, save_guided
+        self.raw_norm = raw_norm  # maps hold raw values (--norm none): scale them for display
+        self.explicit_classes = explicit_classes
+        self._folders_ready: set[Path] = set()
+        self._folders_lock = threading.Lock()
+
+    def _prepare_folder(self, folder: Path) -> None:
+        """The first time this run writes into a folder: create it and clear a killed run's temporary files."""
+        with self._folders_lock:
+            if folder in self._folders_ready:
+                return
+            folder.mkdir(parents=True, exist_ok=True)
+            remove_stale_temps(folder)
+            self._folders_ready.add(folder)
+
+    def class_name(self, index: int) -> str | None:
+        names = self.class_names
+        return names[index] if names and 0 <= index < len(names) else None
+
+    def finish(self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int,
+               base: PurePath) -> ImageRecord:
+        """Write this image's files for every explained class and build its record."""
+        import torch
+
+        if not bool(cams.finite[row]):
+            raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
+        probabilities = torch.softmax(cams.logits[row].float(), dim=0)
+        several = cams.targets.shape[1] > 1 or self.explicit_classes
+        targets = [
+            self._write_target(path, image, geometry, cams, row, k, base, several, probabilities)
+            for k in range(cams.targets.shape[1])
+        ]
+        top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
+        first = targets[0]
+        return ImageRecord(
+            input=str(path),
+            ok=True,
+            width=int(image.shape[1]),
+            height=int(image.shape[0]),
+            class_index=first.class_index,
+            class_name=first.class_name,
+            score=first.score,
+            probability=first.probability,
+            blank=first.blank,  # the top-level fields describe the first target; each target has its own flag
+            outputs=[t.overlay for t in targets if t.overlay],
+            targets=targets,
+            topk=[
+                {"index": int(i), "name": self.class_name(int(i)), "probability": round(float(p), 6)}
+                for p, i in zip(top.values, top.indices)
+            ],
+            **self.context,
+        )
+
+    def skipped_record(self, path: Path, outputs: list[str]) -> ImageRecord:
+        """--skip-existing: accounted for, not recomputed."""
+        return ImageRecord(input=str(path), ok=True, skipped=True, outputs=outputs, **self.context)
+
+    def error_record(self, path: Path, message: str) -> ImageRecord:
+        """A failed input: the message is in the record, which the caller reports (once)."""
+        return ImageRecord(input=str(path), ok=False, error=message, **self.context)
+
+    def _write_target(
+        self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, k: int,
+        base: PurePath, several: bool, probabilities: torch.Tensor,
+    ) -> TargetRecord:
+        """Map one class's CAM back onto the photo and write it."""
+        index = int(cams.targets[row, k])
+        blank = bool(cams.blank[row, k])
+        name = self.class_name(index)
+        overlay_path, raw_path, guided_path = self.namer.paths(
+            base, index if several else None, self.save_raw, self.save_guided
+        )
+        self._prepare_folder(overlay_path.parent)
+        self._write_maps(image, geometry, cams.maps[row, k], overlay_path, raw_path)
+        if guided_path is not None and cams.guided is not None:
+            self._write_guided(geometry, cams.guided[row, k], guided_path)
+        return TargetRecord(
+            class_index=index,
+            class_name=name,
+            score=round(float(cams.logits[row, index]), 6),
+            probability=round(float(probabilities[index]), 6),
+            blank=blank,
+            overlay=str(overlay_path),
+            raw=str(raw_path) if raw_path is not None else None,
+            guided=str(guided_path) if guided_path is not None else None,
+        )
+
+    def _write_maps(self, image: np.ndarray, geometry: Geometry, cam: torch.Tensor, overlay_path: Path,
+                    raw_path: Path | None) -> None:
+        """The overlay (always scaled to [0, 1] for display) and, if asked, the map as computed."""
+        from gradcam_cli.maps import normalise
+
+        shown = normalise(cam)[0] if self.raw_norm else cam
+        full = map_to_original(shown, geometry)
+        write_atomic(overlay_path, encode_png(overlay(image, full, self.colormap, self.alpha)))
+        if raw_path is not None:
+            values = map_to_original(cam, geometry, clamp=False) if self.raw_norm else full
+            write_atomic(raw_path, encode_npy(values))
+
+    @staticmethod
+    def _write_guided(geometry: Geometry, image: torch.Tensor, path: Path) -> None:
+        """The guided Grad-CAM image in colour, at the photo's size."""
+        from gradcam_cli.extract.guided import deprocess
+
+        rgb = map_to_original(deprocess(image).permute(2, 0, 1), geometry)
+        write_atomic(path, encode_png((rgb.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8)))
