@@ -81,27 +81,26 @@ def reference_command(folder: Path, out: Path, model: str, device: str = "cpu") 
 def compute_vs_lower_bound(
     model_name: str, batch_size: int, repeats: int = 5, device: str = "cpu", precision: str = "fp32"
 ) -> tuple[float, float]:
-    """Seconds per batch: our CAM compute, and forward + backward-to-layer with frozen parameters."""
+    """Seconds per batch: our CAM compute, and forward + backward-to-layer with frozen parameters.
+
+    The run is prepared by the CLI's own code (run/prepare.py): the same model build, layers,
+    device placement, memory format and precision as `gradcam explain`.
+    """
     import torch
 
-    from gradcam_cli.maps import CamOptions
-    from gradcam_cli.cams.engine import compute_cams
-    from gradcam_cli.layers.paths import default_layer_paths, resolve_layers
-    from gradcam_cli.cams.methods import get_method
-    from gradcam_cli.model.load import load_model, place_model, resolve_precision
-    from gradcam_cli.cams.targets import TargetChoice
+    from gradcam_cli.run.prepare import prepare_run
+    from gradcam_cli.settings import build_settings
 
-    loaded = load_model(model_name, pretrained=False)
-    model = loaded.model.eval()
-    layers = resolve_layers(model, default_layer_paths(model, loaded.arch, loaded.source), loaded.name)
-    x = torch.randn(batch_size, 3, *loaded.data_config.input_hw)
-    if place_model(model, torch.device(device)):  # as the CLI runs it, for both measurements
+    settings = build_settings({"model": model_name, "pretrained": False, "device": device, "precision": precision})
+    run = prepare_run(settings)
+    model, layers = run.model, run.layers
+    x = torch.randn(batch_size, 3, *run.loaded.data_config.input_hw)
+    if run.channels_last:  # as the CLI runs it, for both measurements
         x = x.contiguous(memory_format=torch.channels_last)
-    x = x.to(device)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    dtype = resolve_precision(precision, torch.device(device))
-    options = CamOptions(precision=dtype)
-    autocast = (lambda: torch.autocast(torch.device(device).type, dtype=dtype)) if dtype else contextlib.nullcontext
+    x = x.to(run.device)
+    sync = torch.cuda.synchronize if run.device.type == "cuda" else (lambda: None)
+    dtype = run.options.precision
+    autocast = (lambda: torch.autocast(run.device.type, dtype=dtype)) if dtype else contextlib.nullcontext
 
     def lower_bound() -> None:
         saved = {}
@@ -125,8 +124,7 @@ def compute_vs_lower_bound(
                 p.requires_grad_(True)
 
     def ours() -> None:
-        compute_cams(model, x, layers, get_method("gradcam"), TargetChoice(), options=options,
-                     num_prefix_tokens=loaded.num_prefix_tokens, model_name=loaded.name)
+        run.compute(x)
 
     def timed(fn) -> float:
         start = time.perf_counter()

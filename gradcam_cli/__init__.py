@@ -8,15 +8,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "cam"]
+
+# name → the module that holds it; imported on first use (PEP 562), so `import gradcam_cli` imports no torch
+_LAZY = {
+    "cam": "gradcam_cli.api",
+    "explain": "gradcam_cli.api",
+    "load_model": "gradcam_cli.api",
+    "Explanation": "gradcam_cli.api",
+    "ClassMap": "gradcam_cli.api",
+    "ReadyModel": "gradcam_cli.api",
+    "GradcamError": "gradcam_cli.errors",
+}
+__all__ = ["__version__", "cam", "explain", "load_model", "Explanation", "ClassMap", "ReadyModel", "GradcamError"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gradcam_cli.api import cam
+    from gradcam_cli.api import ClassMap, Explanation, ReadyModel, cam, explain, load_model
+    from gradcam_cli.errors import GradcamError
 
 
 def __getattr__(name: str) -> Any:
-    if name == "cam":
-        from gradcam_cli.api import cam
+    if name not in _LAZY:
+        raise AttributeError(f"module 'gradcam_cli' has no attribute {name!r}")
+    import importlib
 
-        return cam
-    raise AttributeError(f"module 'gradcam_cli' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

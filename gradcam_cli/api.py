@@ -1,20 +1,361 @@
-"""The small Python API, for notebooks and tests: tensors in, maps out."""
+"""The Python API: `cam()` on tensors; `load_model()` and `explain()` on images, for notebooks and scripts.
+
+`explain()` runs an image through the pieces `gradcam explain` uses (decoding, geometry, the engine, the map put
+back onto the photo, the overlay, the record), so its map is the `.npy` the CLI writes for that image. Failures
+are the package's GradcamError subclasses, worded with this API's argument names instead of the CLI's flags.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Union
-from collections.abc import Sequence
+import contextlib
+import copy
+import os
+import re
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
 
-from gradcam_cli.maps import CamOptions
+import numpy as np
+
+from gradcam_cli import __version__
 from gradcam_cli.cams.engine import compute_cams
-from gradcam_cli.layers.paths import ResolvedLayer, default_layer_paths, resolve_layer
 from gradcam_cli.cams.methods import get_method
-from gradcam_cli.cams.targets import TargetChoice
+from gradcam_cli.cams.targets import TargetChoice, target_choice
+from gradcam_cli.errors import GradcamError, InputError, LayerError, UsageError
+from gradcam_cli.geometry import Geometry, map_to_original, plan_geometry, to_input_array
+from gradcam_cli.inputs.decode import _pil_to_rgb, load_image
+from gradcam_cli.layers.defaults import default_layer_paths
+from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer, resolve_layers
+from gradcam_cli.maps import CamOptions, normalise
+from gradcam_cli.model.device import place_model, resolve_device, resolve_precision
+from gradcam_cli.model.load import LoadedModel
+from gradcam_cli.model.load import load_model as load_loaded_model
+from gradcam_cli.outputs.records import ImageRecord, TargetRecord
+from gradcam_cli.outputs.render import deprocess, overlay
+from gradcam_cli.outputs.writer import TOPK_IN_RECORD
+from gradcam_cli.settings import DEFAULT_MAX_PIXELS, OPTIONS, ExplainSettings, ModelSettings, build_settings
 
 if TYPE_CHECKING:
     import torch
+    from PIL import Image
     from torch import nn
 
+    from gradcam_cli.cams.methods import CamMethod
+    from gradcam_cli.maps import CamBatch
+
 LayerSpec = Union[str, "nn.Module"]
+_ANY_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
+
+
+@lru_cache(maxsize=1)
+def _flag_words() -> tuple[re.Pattern[str], dict[str, str]]:
+    """Each flag of `gradcam explain` → this API's argument (`--no-pretrained` → `pretrained=False`), from the option table."""
+    words: dict[str, str] = {}
+    for option in OPTIONS:
+        for on, _, off in (flag.partition("/") for flag in option.flags if flag.startswith("--")):
+            if option.kind is bool:
+                words.update({on: f"{option.name}=True", **({off: f"{option.name}=False"} if off else {})})
+                continue
+            if option.metavar:
+                words[f"{on} {option.metavar}"] = f"{option.name}={option.metavar}"
+            words[on] = option.name
+    keys = sorted(words, key=len, reverse=True)  # longest first: `--weights FILE` before `--weights`
+    return re.compile("|".join(rf"(?<![\w-]){re.escape(k)}(?![\w-])" for k in keys)), words
+
+
+def _api_words(text: str) -> str:
+    """A message of the lower layers (written for the CLI) with argument names where it named flags."""
+    pattern, words = _flag_words()
+    text = pattern.sub(lambda m: words[m.group(0)], re.sub(r" \(preset key \w+\)", "", text))
+    return _ANY_FLAG.sub(lambda m: m.group(1).replace("-", "_"), text)
+
+
+@contextlib.contextmanager
+def plain_errors() -> Iterator[None]:
+    """The package's errors re-raised in the API's words: same class, hint and traceback."""
+    try:
+        yield
+    except GradcamError as error:
+        worded = copy.copy(error)
+        worded.message = _api_words(getattr(error, "message", str(error)))
+        worded.hint = _api_words(error.hint) if error.hint else None
+        worded.args = (worded.message,)
+        raise worded.with_traceback(error.__traceback__) from None
+
+
+@dataclass(repr=False)
+class ReadyModel(LoadedModel):
+    """What load_model() returns: a LoadedModel placed as a run holds it, with what its records name to reproduce it."""
+
+    device: torch.device
+    channels_last: bool
+    pretrained: bool = True
+    weights: Path | None = None
+    labels: Path | None = None
+
+    def __repr__(self) -> str:
+        h, w = self.data_config.input_hw
+        return f"ReadyModel({self.name!r}, {self.source.name}, device='{self.device}', classes={self.num_classes}, input={h}x{w})"
+
+
+def load_model(
+    name: str, weights: str | os.PathLike[str] | None = None, labels: str | os.PathLike[str] | None = None,
+    pretrained: bool = True, device: str | torch.device = "auto",
+) -> ReadyModel:
+    """The model as `gradcam explain --model NAME` builds it: eval mode, its own data config and class names, placed.
+
+    `weights`: a local checkpoint (.safetensors, or a .pth/.pt state dict); `labels`: a text file of class names,
+    one a line; `pretrained=False`: seeded random weights (offline; the maps mean nothing). `device`: auto (CUDA,
+    then MPS, then CPU), cpu, cuda, cuda:N or mps. Load once, then explain() any number of images with it.
+    """
+    with plain_errors():
+        if not isinstance(name, str) or not name.strip():
+            raise UsageError(f"{name!r} is not a model name",
+                             hint="name a timm model ('resnet50'), 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
+        placed_on = resolve_device(str(device))  # before the load, as a run does: a bad device costs no download
+        weights_path, labels_path = (None if p is None else Path(p) for p in (weights, labels))
+        loaded = load_loaded_model(name, pretrained=bool(pretrained), weights=weights_path, labels=labels_path)
+        channels_last = place_model(loaded.model, placed_on)
+    built = {f.name: getattr(loaded, f.name) for f in fields(LoadedModel)}
+    return ReadyModel(**built, device=placed_on, channels_last=channels_last, pretrained=bool(pretrained),
+                      weights=weights_path, labels=labels_path)
+
+
+def _ready(model: ReadyModel | str) -> ReadyModel:
+    """explain()'s model, loaded if it is a name, on the device its weights are on now."""
+    if isinstance(model, str):
+        return load_model(model)
+    if not isinstance(model, ReadyModel):
+        raise UsageError(f"model must be what gradcam_cli.load_model() returned, or a model name such as 'resnet50'; "
+                         f"not {type(model).__name__}", hint="for a torch module of your own, call gradcam_cli.cam(module, x)")
+    tensor = next(iter([*model.model.parameters(), *model.model.buffers()]), None)
+    if tensor is None or (tensor.device.type == model.device.type and model.device.index in (None, tensor.device.index)):
+        return model
+    return replace(model, device=tensor.device)  # moved since it was loaded: its inputs follow it
+
+
+def _pixels(array: np.ndarray, what: str) -> np.ndarray:
+    if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
+        shape = "x".join(map(str, array.shape)) or "a scalar"
+        raise InputError(f"{what} is {shape} {array.dtype}, not RGB pixels (height x width x 3, uint8)",
+                         hint="convert it: np.asarray(pil_image.convert('RGB')), or (rgb * 255).round().astype(np.uint8)")
+    if array.shape[0] < 1 or array.shape[1] < 1:
+        raise InputError(f"{what} has no pixels")
+    return np.ascontiguousarray(array)
+
+
+def _photo(image: Any, max_pixels: int) -> tuple[np.ndarray, str]:
+    """The image as the CLI decodes a file (upright 8-bit RGB), and how its record names it."""
+    from PIL import Image, ImageOps
+
+    if isinstance(image, (str, os.PathLike)):
+        return load_image(Path(image), max_pixels), str(Path(image))
+    if isinstance(image, Image.Image):
+        try:
+            upright = ImageOps.exif_transpose(image)  # as load_image turns a file upright
+            return _pixels(_pil_to_rgb(upright if upright is not None else image), "the PIL image"), "<PIL image>"
+        except (OSError, ValueError) as error:
+            raise InputError(f"the PIL image cannot be decoded ({str(error).strip() or type(error).__name__})") from None
+    if isinstance(image, np.ndarray):
+        return _pixels(image, "the image array"), "<array>"
+    raise InputError(f"explain() takes an image file's path, a PIL image or an RGB uint8 array, not {type(image).__name__}",
+                     hint="for a batch of tensors, call gradcam_cli.cam(model.model, x)")
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class ClassMap:
+    """One explained class: its map and overlay at the photo's resolution, and its part of the record."""
+
+    class_index: int
+    class_name: str | None
+    probability: float  # softmax of the logits, as in the record
+    score: float  # the logit
+    blank: bool  # nothing survived the ReLU, or the map is flat: try another layer or class
+    map: np.ndarray = field(repr=False)  # float32 (H, W) in [0, 1]: what the overlay shows
+    raw: np.ndarray = field(repr=False)  # what `--save-raw` writes: `map`, or with norm="none" the raw values
+    overlay: Image.Image = field(repr=False)  # the heat map blended over the photo (RGB)
+    guided: Image.Image | None = field(repr=False)  # method="guided-gradcam": the guided Grad-CAM image (RGB)
+    record: TargetRecord = field(repr=False)  # the CLI record's target, without file paths (nothing was written)
+
+
+@dataclass(frozen=True, eq=False)
+class Explanation:
+    """What explain() found for one image: one ClassMap per explained class, in order, and the record.
+
+    `map`, `overlay`, `class_index`, `class_name` and `probability` are the first class's, like the record's
+    top-level fields. Arrays are read-only.
+    """
+
+    targets: tuple[ClassMap, ...]
+    record: ImageRecord = field(repr=False)  # what `gradcam explain --json` prints for the image, less file paths
+    image: np.ndarray = field(repr=False)  # the photo as decoded: (H, W, 3) uint8, upright
+    geometry: Geometry = field(repr=False)  # where the model's input lay on the photo
+
+    map = property(lambda self: self.targets[0].map)
+    overlay = property(lambda self: self.targets[0].overlay)
+    class_index = property(lambda self: self.targets[0].class_index)
+    class_name = property(lambda self: self.targets[0].class_name)
+    probability = property(lambda self: self.targets[0].probability)
+
+    def _repr_png_(self) -> bytes | None:
+        """A notebook shows the first overlay."""
+        return self.overlay._repr_png_()
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What one explain() call resolves, as Explainer resolves it for a run."""
+
+    ready: ReadyModel
+    settings: ExplainSettings
+    method: CamMethod
+    layers: list[ResolvedLayer]
+    targets: TargetChoice
+    options: CamOptions
+
+
+def _settings(ready: ReadyModel, given: dict[str, Any]) -> ExplainSettings:
+    """The options checked by the CLI's own option table (same defaults, same limits), with the model's settings."""
+    classes, grid = given.pop("classes"), given.get("grid")
+    if classes is not None:
+        given["classes"] = [str(c) for c in ([classes] if isinstance(classes, (str, int, np.integer)) else classes)]
+    if isinstance(grid, Sequence) and not isinstance(grid, str):
+        given["grid"] = "x".join(str(int(v)) for v in grid)
+    try:
+        settings = build_settings({**given, "model": ready.name})
+    except (TypeError, ValueError) as error:  # a GradcamError, or Python's own words for a value of the wrong type
+        raise error if isinstance(error, GradcamError) else UsageError(f"an option of explain() has a wrong value ({error})") from None
+    own = ModelSettings(name=ready.name, pretrained=ready.pretrained, weights=ready.weights, labels=ready.labels)
+    return replace(settings, model=own)
+
+
+def _layer_paths(model: nn.Module, layers: LayerSpec | Sequence[LayerSpec] | None) -> list[str]:
+    """Dotted paths as given; a module of the model becomes its own path."""
+    names = {id(module): name for name, module in model.named_modules()}
+    paths = []
+    for layer in [] if layers is None else [layers] if isinstance(layers, str) or not isinstance(layers, Sequence) else layers:
+        if not isinstance(layer, str) and id(layer) not in names:
+            raise LayerError(f"layer {type(layer).__name__} is not a module of this model",
+                             hint="pass one of model.model.modules() or a dotted path (see `gradcam layers`)")
+        paths.append(layer if isinstance(layer, str) else names[id(layer)])
+    return paths
+
+
+def _prepare(ready: ReadyModel, settings: ExplainSettings, layers: LayerSpec | Sequence[LayerSpec] | None) -> _Run:
+    """Method, layers, classes and options, from the functions a run resolves them with."""
+    method = get_method(str(settings.target.method.value))
+    if method.network_layers is not None and layers is not None:
+        warnings.warn(f"{method.name} uses the input and every conv/batch-norm bias of the network; layers is ignored",
+                      stacklevel=3)
+    paths = _layer_paths(ready.model, layers) or default_layer_paths(ready.model, ready.arch, ready.source)
+    resolved = resolve_layers(ready.model, paths, ready.name)
+    targets = target_choice(settings.target.classes, settings.target.topk, ready.class_names)
+    maps = settings.maps
+    options = CamOptions(maps.relu, maps.norm, maps.combine, maps.eigen_smooth, maps.aug_smooth, maps.cam_batch_size,
+                         resolve_precision(settings.run.precision, ready.device))
+    return _Run(ready, settings, method, resolved, targets, options)
+
+
+def _compute(run: _Run, array: np.ndarray) -> CamBatch:
+    """The maps of one preprocessed image, on the model's device and memory format, as Explainer.compute does."""
+    import torch
+
+    ready = run.ready
+    x = torch.from_numpy(np.stack([array])).to(ready.device, non_blocking=True)
+    if ready.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return compute_cams(ready.model, x, run.layers, run.method, run.targets, options=run.options,
+                        num_prefix_tokens=ready.num_prefix_tokens, grid=run.settings.target.grid, model_name=ready.name).to_cpu()
+
+
+def _class_name(names: Sequence[str] | None, index: int) -> str | None:
+    return names[index] if names and 0 <= index < len(names) else None
+
+
+def _class_map(run: _Run, photo: np.ndarray, geometry: Geometry, cams: CamBatch, k: int, probabilities: torch.Tensor) -> ClassMap:
+    """One class's map put back onto the photo and drawn, as the CLI's writer does before it writes the files."""
+    from PIL import Image
+
+    index, cam, outputs = int(cams.targets[0, k]), cams.maps[0, k], run.settings.outputs
+    raw_norm = run.settings.maps.norm != "minmax"  # raw values: the overlay shows them scaled
+    shown = map_to_original(normalise(cam)[0] if raw_norm else cam, geometry)
+    raw = map_to_original(cam, geometry, clamp=False) if raw_norm else shown
+    guided = None
+    if cams.guided is not None:
+        rgb = map_to_original(deprocess(cams.guided[0, k]).permute(2, 0, 1), geometry)
+        guided = Image.fromarray((rgb.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8))
+    name, score, probability = _class_name(run.ready.class_names, index), float(cams.logits[0, index]), float(probabilities[index])
+    record = TargetRecord(index, name, round(score, 6), round(probability, 6), bool(cams.blank[0, k]))
+    heat = Image.fromarray(overlay(photo, shown, outputs.colormap, outputs.alpha))
+    return ClassMap(index, name, record.probability, record.score, record.blank, _read_only(shown), _read_only(raw),
+                    heat, guided, record)
+
+
+def _context(run: _Run) -> dict[str, Any]:
+    """The fields every record of a run repeats, filled as the CLI fills them, so a result says how to reproduce it."""
+    settings, maps, method = run.settings, run.settings.maps, run.method
+    layers = ([f"input + {len(method.network_layers(run.ready.model))} bias layers (whole network)"]
+              if method.network_layers is not None else [layer.name for layer in run.layers])
+    return {"model": run.ready.name, "layers": layers, "method": method.name, "device": str(run.ready.device), "settings": {
+        "preprocess": "crop" if settings.inputs.crop else "whole", "relu": maps.relu,
+        "norm": str(getattr(maps.norm, "value", maps.norm)), "combine": str(getattr(maps.combine, "value", maps.combine)),
+        "eigen_smooth": maps.eigen_smooth, "aug_smooth": maps.aug_smooth,
+        "precision": str(run.options.precision or "fp32").replace("torch.", ""),
+        "pretrained": settings.model.pretrained and settings.model.weights is None,
+        "weights": str(settings.model.weights) if settings.model.weights else None, "version": __version__,
+    }}
+
+
+def _explanation(run: _Run, name: str, photo: np.ndarray, geometry: Geometry, cams: CamBatch) -> Explanation:
+    """The maps, overlays and record of the image, built as the CLI's writer builds them."""
+    import torch
+
+    if not bool(cams.finite[0]):
+        raise InputError(f"{name}: the model's scores or gradients are not finite (NaN or inf) for this image")
+    probabilities = torch.softmax(cams.logits[0].float(), dim=0)
+    targets = tuple(_class_map(run, photo, geometry, cams, k, probabilities) for k in range(cams.targets.shape[1]))
+    top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
+    first = targets[0].record
+    record = ImageRecord(
+        input=name, ok=True, width=int(photo.shape[1]), height=int(photo.shape[0]), class_index=first.class_index,
+        class_name=first.class_name, score=first.score, probability=first.probability, blank=first.blank,
+        targets=[t.record for t in targets], **_context(run),
+        topk=[{"index": int(i), "name": _class_name(run.ready.class_names, int(i)), "probability": round(float(p), 6)}
+              for p, i in zip(top.values, top.indices)],
+    )
+    return Explanation(targets, record, _read_only(np.array(photo)), geometry)
+
+
+def explain(
+    image: str | os.PathLike | Image.Image | np.ndarray, model: ReadyModel | str, layers: LayerSpec | Sequence[LayerSpec] | None = None,
+    method: str = "gradcam", classes: int | str | Sequence[int | str] | None = None, *,
+    topk: int = 1, crop: bool = False, colormap: str = "jet", alpha: float = 0.5, relu: bool = True, norm: str = "minmax",
+    combine: str = "mean", eigen_smooth: bool = False, aug_smooth: bool = False, cam_batch_size: int = 32,
+    grid: tuple[int, int] | str | None = None, precision: str = "auto", max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> Explanation:
+    """Explain one image as `gradcam explain IMAGE` does, and return its maps and overlays instead of writing them.
+
+    `image`: a file path, a PIL image or an (H, W, 3) uint8 RGB array; `model`: what load_model() returned (a name
+    is loaded on every call). `layers` None takes the family default; `classes` None explains the top class (or the
+    top `topk`), else an index or name, or a list of them: one ClassMap each. The other options are those of
+    `gradcam explain` (README). The model is left as found: no hook, the same train/eval modes and requires_grad.
+    """
+    given = {k: v for k, v in locals().items() if k not in ("image", "model", "layers")}  # named as the option table
+    with plain_errors():
+        ready = _ready(model)
+        settings = _settings(ready, given)
+        photo, name = _photo(image, settings.inputs.max_pixels)
+        run = _prepare(ready, settings, layers)
+        geometry = plan_geometry(photo.shape[:2], ready.data_config, crop=settings.inputs.crop)
+        cams = _compute(run, to_input_array(photo, geometry, ready.data_config))
+        return _explanation(run, name, photo, geometry, cams)
 
 
 def _as_resolved(model: nn.Module, layer: LayerSpec) -> ResolvedLayer:
@@ -23,7 +364,7 @@ def _as_resolved(model: nn.Module, layer: LayerSpec) -> ResolvedLayer:
     for name, module in model.named_modules():
         if module is layer:
             return ResolvedLayer(path=name, name=name, module=module)
-    raise ValueError("a layer module passed to cam() is not part of the model")
+    raise LayerError("a layer module passed to cam() is not part of the model", hint="pass one of model.modules()")
 
 
 def _as_choice(classes: int | Sequence[int] | None) -> TargetChoice:
@@ -35,42 +376,24 @@ def _as_choice(classes: int | Sequence[int] | None) -> TargetChoice:
 
 
 def cam(
-    model: nn.Module,
-    x: torch.Tensor,
-    layers: LayerSpec | Sequence[LayerSpec] | None = None,
-    method: str = "gradcam",
-    classes: int | Sequence[int] | None = None,
-    *,
-    grid: tuple[int, int] | None = None,
-    eigen_smooth: bool = False,
-    aug_smooth: bool = False,
-    relu: bool = True,
-    norm: str = "minmax",
-    combine: str = "mean",
-    cam_batch_size: int = 32,
+    model: nn.Module, x: torch.Tensor, layers: LayerSpec | Sequence[LayerSpec] | None = None, method: str = "gradcam",
+    classes: int | Sequence[int] | None = None, *, grid: tuple[int, int] | None = None, eigen_smooth: bool = False,
+    aug_smooth: bool = False, relu: bool = True, norm: str = "minmax", combine: str = "mean", cam_batch_size: int = 32,
 ) -> torch.Tensor:
     """Class activation maps (N, H, W) at the size of `x`, in [0, 1] unless norm="none".
 
-    `layers` are dotted paths (negative indices allowed) or modules of `model`;
-    None takes the layer `gradcam explain` would (the family default, see `gradcam layers`);
-    `classes` is None (each image's top class), one index for all, or one per image.
-    The other options are those of `gradcam explain` (see the README).
-    The model is left exactly as it was found (hooks, train/eval mode).
+    `layers` are dotted paths (negative indices allowed) or modules of `model`; None takes the layer `gradcam explain`
+    would (the family default, see `gradcam layers`); `classes` is None (each image's top class), one index for all,
+    or one per image. The other options are those of `gradcam explain` (README). The model is left as it was found.
     """
-    if layers is None:
-        layers = default_layer_paths(model)
-    if isinstance(layers, str) or not isinstance(layers, Sequence):
-        layers = [layers]  # type: ignore[list-item]
-    resolved = [_as_resolved(model, layer) for layer in layers]  # type: ignore[union-attr]
-    batch = compute_cams(
-        model,
-        x,
-        resolved,
-        get_method(method),
-        _as_choice(classes),
-        options=CamOptions(relu, norm, combine, eigen_smooth, aug_smooth, cam_batch_size),
-        num_prefix_tokens=getattr(model, "num_prefix_tokens", None),
-        grid=grid,
-        model_name=type(model).__name__,
-    )
+    with plain_errors():
+        if layers is None:
+            layers = default_layer_paths(model)
+        if isinstance(layers, str) or not isinstance(layers, Sequence):
+            layers = [layers]
+        resolved = [_as_resolved(model, layer) for layer in layers]
+        options = CamOptions(relu, norm, combine, eigen_smooth, aug_smooth, cam_batch_size)
+        batch = compute_cams(model, x, resolved, get_method(method), _as_choice(classes), options=options,
+                             num_prefix_tokens=getattr(model, "num_prefix_tokens", None), grid=grid,
+                             model_name=type(model).__name__)
     return batch.maps[:, 0]

@@ -33,16 +33,28 @@ class ExitCode(IntEnum):
 
 
 class GradcamError(Exception):
-    """An error the user can fix; its message is the whole story (one line)."""
+    """An error the user can fix: what was wrong, and (the hint) how to fix it, on one line.
+
+    The one base class a Python caller catches; the command line prints
+    `str(error)` as one stderr line and exits with `exit_code`.
+    """
 
     exit_code: ExitCode = ExitCode.USAGE
 
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
 
-class UsageError(GradcamError):
-    """Bad options, unknown model or layer, bad config: nothing was run."""
+    def __str__(self) -> str:
+        return f"{self.message}; {self.hint}" if self.hint else self.message
 
 
-class ModelError(GradcamError):
+class UsageError(GradcamError, ValueError):
+    """Bad options, unknown model or layer, bad config: nothing was run. Also a ValueError, as Python callers expect."""
+
+
+class ModelError(GradcamError, ValueError):
     """The model could not be built or its weights could not be loaded."""
 
 
@@ -52,11 +64,11 @@ class InputError(GradcamError):
     exit_code = ExitCode.SOME_INPUTS_FAILED
 
 
-class LayerError(GradcamError):
+class LayerError(GradcamError, ValueError):
     """A target layer is wrong for this model (missing, never ran, no gradient)."""
 
 
-class LayoutError(GradcamError):
+class LayoutError(GradcamError, ValueError):
     """A layer output whose spatial layout cannot be decided without `--grid`."""
 
 

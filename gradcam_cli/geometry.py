@@ -19,7 +19,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-    from gradcam_cli.model.load import DataConfig
+    from gradcam_cli.model.data_config import DataConfig
 
 RESAMPLE = {"bilinear": 2, "bicubic": 3, "nearest": 0, "lanczos": 1, "box": 4, "hamming": 5}
 
@@ -86,7 +86,7 @@ def to_input_array(image: np.ndarray, geometry: Geometry, config: DataConfig) ->
     array = np.asarray(pil, dtype=np.float32)
     array = _pad_to(array, top, left, in_h, in_w)
     array = array / 255.0
-    array = (array - np.asarray(config.mean, dtype=np.float32)) / np.asarray(config.std, dtype=np.float32)
+    array = ((array - np.asarray(config.mean, dtype=np.float32)) / np.asarray(config.std, dtype=np.float32)).astype(np.float32)
     return np.ascontiguousarray(array.transpose(2, 0, 1))
 
 

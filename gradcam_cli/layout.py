@@ -87,7 +87,7 @@ def patch_grid(model: nn.Module, input_hw: tuple[int, int]) -> tuple[int, int] |
     patch = getattr(embed, "patch_size", None)
     if embed is None:
         embed, patch = getattr(model, "conv_proj", None), getattr(model, "patch_size", None)  # torchvision ViT
-    if not _is_module(embed):
+    if embed is None or not _is_module(embed):
         return None
     size = (int(input_hw[0]), int(input_hw[1]))
     feat_size = getattr(embed, "dynamic_feat_size", None)  # timm PatchEmbed, HybridEmbed: padding, backbone strides
@@ -107,7 +107,7 @@ def _is_module(value: object) -> bool:
 
 def _grid_or_none(grid: object) -> tuple[int, int] | None:
     try:
-        gh, gw = (int(g) for g in grid)  # type: ignore[union-attr]
+        gh, gw = (int(g) for g in grid)  # type: ignore[attr-defined]
     except (TypeError, ValueError):
         return None
     return (gh, gw) if gh >= 1 and gw >= 1 else None
@@ -125,11 +125,13 @@ def _conv_chain_grid(embed: nn.Module, patch: object, size: tuple[int, int]) -> 
     if not convs or patch is None or any(isinstance(c.padding, str) for c in convs):
         return None
     patch_hw = (patch, patch) if isinstance(patch, int) else tuple(patch)  # type: ignore[arg-type]
-    grid, stride = list(size), [1, 1]
+    grid: list[int] = list(size)
+    stride = [1, 1]
     for conv in convs:
         for i in (0, 1):
             span = conv.dilation[i] * (conv.kernel_size[i] - 1) + 1
-            grid[i] = (grid[i] + 2 * conv.padding[i] - span) // conv.stride[i] + 1
+            padding = int(conv.padding[i])  # str paddings ("same") were refused above
+            grid[i] = (grid[i] + 2 * padding - span) // conv.stride[i] + 1
             stride[i] *= conv.stride[i]
     return _grid_or_none(grid) if tuple(stride) == tuple(patch_hw) else None
 

@@ -1,34 +1,25 @@
 """Maps as tensors: the options, the result of a batch, and the maths every method's map goes through.
 
-A leaf of the package (it imports only `preprocess.resize`): the runners in
-`cams.py`, the method modules, guided backpropagation, the masked forwards and
-the augmented views all share these pieces without importing each other.
+Below layers/, extract/ and cams/ (it imports only `geometry.resize` and the
+vocabulary): the runners in `cams/engine.py`, the method modules, guided
+backpropagation, the masked forwards and the augmented views all share these
+pieces without importing each other.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING
 from collections.abc import Callable, Sequence
 
+from gradcam_cli.errors import UsageError
 from gradcam_cli.geometry import resize
+from gradcam_cli.vocab import Combine, Norm
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
 EPSILON = 1e-7
-
-
-class Norm(str, Enum):
-    minmax = "minmax"  # each map scaled to [0, 1]
-    none = "none"  # raw values, for users who need them (written by --save-raw)
-
-
-class Combine(str, Enum):
-    mean = "mean"
-    max = "max"
-    product = "product"
 
 
 NORMS = tuple(n.value for n in Norm)
@@ -53,11 +44,11 @@ class CamOptions:
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, not {self.norm!r}")
+            raise UsageError(f"norm must be one of {', '.join(NORMS)}, not {self.norm!r}")
         if self.combine not in COMBINES:
-            raise ValueError(f"combine must be one of {COMBINES}, not {self.combine!r}")
+            raise UsageError(f"combine must be one of {', '.join(COMBINES)}, not {self.combine!r}")
         if self.cam_batch_size < 1:
-            raise ValueError("cam_batch_size must be 1 or more")
+            raise UsageError(f"cam_batch_size {self.cam_batch_size}: must be 1 or more")
 
 
 @dataclass

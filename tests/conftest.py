@@ -1,14 +1,20 @@
-"""Shared test fixtures: offline caches, small images, an in-process CLI runner."""
+"""Shared test fixtures: offline caches, small images, an in-process CLI runner, small models, the model-as-found check."""
 from __future__ import annotations
 
 import io
 import os
-import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+
+if TYPE_CHECKING:  # torch loads when a helper runs, not when pytest imports this file
+    import torch
+    from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -110,18 +116,174 @@ class CliResult:
 def run_cli():
     """Run `gradcam ARGS` in this process (torch loads once) with captured streams."""
     from gradcam_cli.cli.app import main
+    from gradcam_cli.cli.console import Streams
 
     def run(*args: str, stdin: str = "") -> CliResult:
         out, err = io.StringIO(), io.StringIO()
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(sys, "stdin", io.StringIO(stdin))
-            patch.setattr(sys, "stdout", out)
-            patch.setattr(sys, "stderr", err)
-            try:
-                main([str(a) for a in args])
-                code = 0
-            except SystemExit as exit_:
-                code = int(exit_.code or 0)
+        try:
+            main([str(a) for a in args], streams=Streams(io.StringIO(stdin), out, err))
+            code = 0
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
         return CliResult(code, out.getvalue(), err.getvalue())
 
     return run
+
+
+# ---------------------------------------------------------------- small models, never pretrained
+
+
+def timm_model(name: str, **kwargs: Any) -> nn.Module:
+    """A fresh timm model with seeded random weights (never pretrained, so offline), in eval mode.
+
+    Seeds the global generator with 0 first, so the weights are the same in every test and run.
+    """
+    import timm
+    import torch
+
+    torch.manual_seed(0)
+    return timm.create_model(name, pretrained=False, **kwargs).eval()
+
+
+_SHARED_MODELS: dict[str, nn.Module] = {}
+
+
+def shared_timm_model(name: str) -> nn.Module:
+    """`timm_model(name)`, built once per session for the many tests that only read it: never change it."""
+    if name not in _SHARED_MODELS:
+        _SHARED_MODELS[name] = timm_model(name)
+    return _SHARED_MODELS[name]
+
+
+def tv_resnet18() -> nn.Module:
+    """torchvision's resnet18 with seeded random weights, in eval mode: in-place ReLUs, one ReLU module reused."""
+    import torch
+
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    return torchvision.models.resnet18(weights=None).eval()
+
+
+def small_tv_vit(size: int = 96) -> nn.Module:
+    """A two-layer torchvision VisionTransformer (16-pixel patches, width 32), seeded, in eval mode."""
+    import torch
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    return VisionTransformer(image_size=size, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64).eval()
+
+
+def __getattr__(name: str) -> Any:
+    """`from conftest import SmallCnn` builds the class on first use, so importing conftest needs no torch."""
+    if name == "SmallCnn":
+        globals()["SmallCnn"] = cls = _small_cnn_class()
+        return cls
+    raise AttributeError(name)
+
+
+def _small_cnn_class() -> type:
+    from torch import nn
+
+    class SmallCnn(nn.Module):
+        """conv1 → ReLU → conv2 → BatchNorm → ReLU → global mean → fc (5 classes); 32x32 in, 8x8 at conv2.
+
+        `inplace`: both ReLUs work in place, so conv1's output is overwritten right after the layer.
+        `side_branch`: a 1x1 conv on act1's output whose result is thrown away (`detached_side`: on a detached copy).
+        `fail`: the forward raises RuntimeError("boom after the target layers") once act2 has run.
+        `unused` is defined and never called. Fresh modules are in train mode, as nn.Module's are.
+        """
+
+        def __init__(self, inplace: bool = False, side_branch: bool = False, detached_side: bool = False,
+                     fail: bool = False) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+            self.act1 = nn.ReLU(inplace=inplace)
+            self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+            self.bn2 = nn.BatchNorm2d(16)  # after conv2, so act1 (in place or not) still follows conv1 directly
+            self.act2 = nn.ReLU(inplace=inplace)
+            self.unused = nn.Conv2d(16, 16, 1)  # defined, never called
+            self.side = nn.Conv2d(8, 4, 1)
+            self.fc = nn.Linear(16, 5)
+            self.side_branch = side_branch
+            self.detached_side = detached_side
+            self.fail = fail
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            a = self.act1(self.conv1(x))
+            if self.side_branch:
+                self.side(a.detach() if self.detached_side else a)  # computed, then thrown away
+            b = self.act2(self.bn2(self.conv2(a)))
+            if self.fail:
+                raise RuntimeError("boom after the target layers")
+            return self.fc(b.mean(dim=(2, 3)))
+
+    SmallCnn.__qualname__ = "SmallCnn"
+    return SmallCnn
+
+
+# ---------------------------------------------------------------- the model is left as found
+
+
+def model_state(model: nn.Module) -> dict[str, Any]:
+    """Everything a CAM call could leave changed on a model or in torch, in comparable form.
+
+    Modules are kept by identity (none swapped, added or removed); every hook dictionary of every
+    module (forward, pre-forward, backward, state-dict, ...) by its hook ids; train/eval flag and
+    `inplace` flag per module; an instance-level `forward` (a monkeypatch); per parameter its
+    identity, `requires_grad` and whether `.grad` is None; every parameter and buffer value
+    (BatchNorm running statistics); and torch's global state: module-global hooks, grad mode,
+    inference mode, active function modes (guided backprop works through one).
+    """
+    import torch
+    import torch.nn.modules.module as module_globals
+
+    modules = list(model.named_modules())
+    parameters = list(model.named_parameters())
+    return {
+        "modules": [(name, m) for name, m in modules],  # nn.Module compares by identity
+        "hooks": {(name, attr): tuple(hooks) for name, m in modules for attr, hooks in vars(m).items()
+                  if "_hooks" in attr and isinstance(hooks, dict)},
+        "training": {name: m.training for name, m in modules},
+        "inplace": {name: m.inplace for name, m in modules if hasattr(m, "inplace")},
+        "patched forward": [name for name, m in modules if "forward" in vars(m)],
+        "parameters": {name: (id(p), p.requires_grad, p.grad is None) for name, p in parameters},
+        "values": {key: value.detach().clone() for key, value in model.state_dict().items()},
+        "torch": {
+            "global hooks": {attr: tuple(hooks) for attr, hooks in vars(module_globals).items()
+                             if attr.startswith("_global_") and isinstance(hooks, dict)},
+            "grad enabled": torch.is_grad_enabled(),
+            "inference mode": torch.is_inference_mode_enabled(),
+            "function modes": torch._C._len_torch_function_stack(),
+        },
+        "_alive": parameters,  # kept so no id above is reused; not compared
+    }
+
+
+def assert_left_as_found(model: nn.Module, before: dict[str, Any]) -> None:
+    """The model (and torch) as `model_state` saw them before the call."""
+    import torch
+
+    after = model_state(model)
+    for key, was in before.items():
+        if key == "_alive":
+            continue
+        if key == "values":
+            assert after[key].keys() == was.keys(), "parameters or buffers added or removed"
+            changed = [k for k, v in was.items() if not torch.equal(after[key][k], v)]
+            assert not changed, f"values changed: {changed}"
+        else:
+            assert after[key] == was, f"{key} changed: {was} -> {after[key]}"
+    # and no function mode left behind, seen from outside: a ReLU run now gets no hook
+    probe = torch.ones(3, requires_grad=True) * 1.0
+    assert torch.nn.functional.relu(probe)._backward_hooks is None
+
+
+@contextmanager
+def left_as_found(model: nn.Module) -> Iterator[dict[str, Any]]:
+    """`with left_as_found(model): ...` fails if the body leaves the model other than it found it.
+
+    Put `pytest.raises` inside it to check the model after a call that fails.
+    """
+    before = model_state(model)
+    yield before
+    assert_left_as_found(model, before)

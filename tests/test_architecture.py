@@ -15,15 +15,15 @@ from conftest import ROOT
 PACKAGE = ROOT / "gradcam_cli"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "model.state"}),
+    ("leaves", {"errors", "vocab", "settings", "model.state"}),
     ("models", {"model", "model.*"}),
     ("tensors and pixels", {"layout", "geometry", "maps"}),
     ("layers", {"layers", "layers.*"}),
     ("extraction", {"extract", "extract.*"}),
     ("methods", {"cams", "cams.targets", "cams.methods", "cams.methods.*"}),
     ("maps from tensors", {"cams.augment", "cams.engine"}),
-    ("the Python API", {"api"}),
     ("files", {"inputs", "inputs.*", "outputs", "outputs.*"}),
+    ("the Python API", {"api"}),
     ("the engine", {"run", "run.*"}),
     ("the command line", {"cli", "cli.*", "__main__", "__init__"}),
 ]
@@ -98,3 +98,45 @@ def test_imports_only_point_down_the_layers() -> None:
         if target and _layer_of(target) > _layer_of(module)
     ]
     assert not upward, "imports against the layer order:\n" + "\n".join(upward)
+
+
+# What inputs/ and outputs/ may import besides each other: plain values and pixels, never a model.
+# cams.methods.base is there for the method names in output file names (until they come from vocab).
+FILES_MAY_IMPORT = {"errors", "vocab", "settings", "geometry", "maps", "layout", "cams.methods.base"}
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(f"{package}.")
+
+
+def test_inputs_and_outputs_know_files_not_models() -> None:
+    """inputs/ and outputs/ import no model, layer, extraction, engine, run or CLI module, even under TYPE_CHECKING.
+
+    outputs/ may import inputs/ (it opens files the way inputs do, and names
+    outputs with the inputs' name limits); inputs/ never imports outputs/, so
+    reading images needs nothing of how results are written. Direct imports
+    only: what an allowed module imports is that module's own layer's business.
+    """
+    breaking = []
+    for module, targets in sorted(_graph().items()):
+        own = ["inputs"] if _within(module, "inputs") else ["inputs", "outputs"] if _within(module, "outputs") else None
+        if own is None:
+            continue
+        breaking += [
+            f"gradcam_cli.{module} imports gradcam_cli.{target or '__init__'}"
+            for target in sorted(targets)
+            if target not in FILES_MAY_IMPORT and not any(_within(target, package) for package in own)
+        ]
+    assert not breaking, (
+        "outputs know files, not models: inputs/ and outputs/ may import only "
+        f"{', '.join(sorted(FILES_MAY_IMPORT))} and each other (outputs/ → inputs/, never inputs/ → outputs/); "
+        "these imports break that:\n" + "\n".join(breaking)
+    )
+
+
+def test_the_architecture_document_lists_these_layers_in_this_order() -> None:
+    """docs/ARCHITECTURE.md is kept true: its layer table has the same layers, in the same order."""
+    document = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    rows = [line.split("|")[1].strip() for line in document.splitlines()
+            if line.startswith("| ") and not line.startswith("| layer ")]
+    assert rows == [name for name, _ in LAYERS]

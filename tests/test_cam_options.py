@@ -11,9 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import gradcam_cli
-from conftest import seeded, write_image
+from conftest import seeded, shared_timm_model, write_image
 from gradcam_cli.cams.augment import VIEWS, View
-from test_methods import timm_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -47,7 +46,7 @@ def _up(m: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 @pytest.mark.parametrize("how", ["mean", "max", "product"])
 def test_combine_merges_layers_as_documented(how: str) -> None:
-    model = timm_model("test_resnet")
+    model = shared_timm_model("test_resnet")
     x = seeded(21, *SHAPE)
     layers = ["layer3", "layer4"]
     per_layer = [_up(_minmax(m.clamp(min=0)), SHAPE[2:]) for m in _hand_gradcam_layers(model, x, layers)]
@@ -58,7 +57,7 @@ def test_combine_merges_layers_as_documented(how: str) -> None:
 
 
 def test_combine_modes_differ() -> None:
-    model = timm_model("test_resnet")
+    model = shared_timm_model("test_resnet")
     x = seeded(22, *SHAPE)
     maps = [gradcam_cli.cam(model, x, ["layer3", "layer4"], combine=how) for how in ("mean", "max", "product")]
     assert not torch.allclose(maps[0], maps[1], atol=1e-3) and not torch.allclose(maps[0], maps[2], atol=1e-3)
@@ -66,7 +65,7 @@ def test_combine_modes_differ() -> None:
 
 def test_no_relu_and_no_norm_give_the_signed_raw_map() -> None:
     """On a ViT norm layer the Grad-CAM sum takes both signs; --no-relu --norm none keeps it as it is."""
-    model = timm_model("test_vit")
+    model = shared_timm_model("test_vit")
     x = seeded(23, 2, 3, 160, 160)
     ours = gradcam_cli.cam(model, x, "blocks.-1.norm1", relu=False, norm="none")
 
@@ -110,7 +109,7 @@ def test_every_view_maps_a_point_back_where_it_came_from(view: View) -> None:
 
 
 def test_aug_smooth_averages_the_views_for_the_same_class() -> None:
-    model = timm_model("test_resnet")
+    model = shared_timm_model("test_resnet")
     x = seeded(24, *SHAPE)
     plain = gradcam_cli.cam(model, x, "layer4")
     smooth = gradcam_cli.cam(model, x, "layer4", aug_smooth=True)

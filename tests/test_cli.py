@@ -243,7 +243,7 @@ def test_a_failure_on_a_terminal_is_one_line_with_the_path_once(run_cli, tmp_pat
 
 
 def test_human_lines_for_done_skipped_and_failed_records():
-    from gradcam_cli.cli.app import _human_line
+    from gradcam_cli.cli.console import human_line as _human_line
     from gradcam_cli.outputs.records import ImageRecord
 
     skipped = ImageRecord(input="photo.jpg", ok=True, skipped=True, outputs=["out/photo.gradcam.png"])
@@ -261,7 +261,7 @@ def test_a_failure_and_a_blank_map_are_each_said_once(as_json):
     """As JSON: the record on stdout and one stderr line. On a terminal: the image's own line says it all."""
     import io
 
-    from gradcam_cli.cli.app import Streams, _Reporter
+    from gradcam_cli.cli.console import Reporter as _Reporter, Streams
     from gradcam_cli.outputs.records import ImageRecord, TargetRecord
 
     out, err = io.StringIO(), io.StringIO()
@@ -536,3 +536,37 @@ def test_crop_keeps_original_size_and_zeros_outside_the_crop(run_cli, tmp_path):
     assert x0 > 10  # the test image really is cropped at the sides
     assert not raw[:, : math.floor(x0) - 1].any() and not raw[:, math.ceil(x1) + 1 :].any()
     assert raw[:, math.ceil(x0) + 1 : math.floor(x1) - 1].max() > 0
+
+
+def test_the_human_output_and_the_progress_line_are_driven_through_the_streams(tmp_path):
+    """Streams that say they are terminals get the ✓ lines and rich's progress line: no patching of sys."""
+    import io
+
+    from gradcam_cli.cli.app import main
+    from gradcam_cli.cli.console import Streams
+
+    images = [write_image(tmp_path / f"in{i}.png", seed=i) for i in range(2)]
+    out, err = io.StringIO(), io.StringIO()
+    streams = Streams(io.StringIO(), out, err, stdout_is_terminal=True, stderr_is_terminal=True)
+    with pytest.raises(SystemExit) as exit_:
+        main(["explain", *map(str, images), "-m", "test_resnet", "--no-pretrained", "-o", str(tmp_path / "o")], streams)
+    assert exit_.value.code == 0, err.getvalue()
+    lines = out.getvalue().splitlines()
+    assert [line[:2] for line in lines] == ["✓ ", "✓ "] and all("→" in line for line in lines), lines
+    assert "\x1b[" in err.getvalue() and "explained 2" in err.getvalue()  # rich drew its line on the "terminal"
+    assert "explained 2 of 2 images" in err.getvalue()  # and the closing summary came after it
+
+
+def test_modules_and_functions_stay_small() -> None:
+    """A module over 400 lines or a function over 60 hides a second concern (docs/ARCHITECTURE.md)."""
+    import ast
+
+    too_big = []
+    for path in sorted((ROOT / "gradcam_cli").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > 400:
+            too_big.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                too_big.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not too_big, too_big

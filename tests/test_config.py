@@ -144,22 +144,21 @@ def _readme_preset_keys() -> list[str]:
     from conftest import ROOT
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    listed = re.search(r"Keys are the option\s+names: `([^`]+)`", readme)
+    listed = re.search(r"<!-- preset-keys:start -->\n`([^`]+)`", readme)
     assert listed, "the README's Run presets section lists the preset keys"
     return [key.strip() for key in listed.group(1).replace("\n", " ").split(",") if key.strip()]
 
 
 def test_every_preset_key_the_readme_lists_is_accepted(tmp_path):
-    from gradcam_cli.cli.presets import PRESET_KEYS
+    from gradcam_cli.settings import preset_keys
 
-    keys = _readme_preset_keys()
-    assert "skip_existing" in keys and set(keys) <= set(PRESET_KEYS), set(keys) - set(PRESET_KEYS)
+    keys, known = _readme_preset_keys(), preset_keys()
+    assert "skip_existing" in keys and set(keys) <= set(known), set(keys) - set(known)
     samples = {bool: "true", int: "1", float: "0.5"}
     for key in keys:
-        kind = {"_as_bool": bool, "_as_int": int, "_as_float": float}.get(PRESET_KEYS[key][1].__name__)
         preset = tmp_path / f"{key}.yaml"
-        preset.write_text(f"{key}: {samples.get(kind, 'value')}\n", encoding="utf-8")
-        assert PRESET_KEYS[key][0] in load_preset(preset), key
+        preset.write_text(f"{key}: {samples.get(known[key].kind, 'value')}\n", encoding="utf-8")
+        assert known[key].name in load_preset(preset), key
 
 
 @pytest.mark.parametrize("option, key, value", [("--max-pixels", "max_pixels", -5), ("--topk", "topk", 0),

@@ -58,3 +58,21 @@ def test_every_repository_path_in_the_readme_exists() -> None:
     assert {"examples/photos/cat.jpg", "configs/swin_tiny.yaml"} <= paths  # the scan sees the commands
     missing = sorted(p for p in paths if not any(c in p for c in "*?[") and not (ROOT / p).exists())
     assert not missing, f"README.md names repository paths that do not exist: {missing}"
+
+
+def test_the_readme_option_table_and_preset_keys_are_the_option_table() -> None:
+    """Both are written from gradcam_cli/settings.py's OPTIONS by tools/readme_options.py: no option exists in one place only."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from readme_options import rendered
+
+    assert rendered(README) == README, "README.md is out of date with the option table: run python tools/readme_options.py"
+
+
+def test_every_flag_of_explain_comes_from_the_option_table() -> None:
+    from gradcam_cli.settings import OPTIONS
+
+    declared = {flag for param in _commands()["explain"].params for flag in [*param.opts, *param.secondary_opts]}
+    table = {part for option in OPTIONS for flag in option.flags for part in flag.split("/")}
+    assert declared - {"--help", "inputs"} == table  # inputs: the argument, named by its parameter

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 import gradcam_cli
-from conftest import seeded, write_image
-from gradcam_cli.run.pipeline import Explainer, ExplainSettings
+from conftest import left_as_found, seeded, shared_timm_model, timm_model, write_image
+from gradcam_cli.run.pipeline import Explainer
+from gradcam_cli.settings import build_settings
 from gradcam_cli.inputs.sources import Source
 from gradcam_cli.run.workers import ordered_map
-from test_methods import timm_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -72,7 +72,7 @@ def test_worker_count_does_not_change_a_byte(run_cli, tmp_path) -> None:
 def test_inputs_stream_through_a_bounded_window(tmp_path) -> None:
     """The first record is out long before the last input is read: memory holds a window, not the folder."""
     folder = _folder(tmp_path, 40)
-    settings = ExplainSettings(model="test_resnet", pretrained=False, batch_size=4, workers=2, output_dir=tmp_path / "o")
+    settings = build_settings({"model": "test_resnet", "pretrained": False, "batch_size": 4, "workers": 2, "output_dir": tmp_path / "o"})
     explainer = Explainer(settings)
     read = []
 
@@ -84,13 +84,13 @@ def test_inputs_stream_through_a_bounded_window(tmp_path) -> None:
     seen_at_first_record = []
     explainer.run(sources(), lambda record: seen_at_first_record.append(len(read)))
     assert len(seen_at_first_record) == 40
-    window = 2 * settings.batch_size
-    assert seen_at_first_record[0] <= 2 * window + settings.batch_size, seen_at_first_record[0]
+    window = 2 * settings.run.batch_size
+    assert seen_at_first_record[0] <= 2 * window + settings.run.batch_size, seen_at_first_record[0]
 
 
 def _saved_bytes(target: str) -> int:
     """Bytes autograd saves for backward during one explanation with `target` as the layer."""
-    model = timm_model("test_resnet")
+    model = shared_timm_model("test_resnet")
     total = [0]
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -109,18 +109,15 @@ def test_the_graph_starts_at_the_target_layer() -> None:
 
 
 def test_parameters_get_no_gradient_and_keep_their_flags() -> None:
-    import timm
-
-    model = timm.create_model("test_resnet", pretrained=False).eval()  # not the shared one: references fill .grad
-    flags = [p.requires_grad for p in model.parameters()]
-    gradcam_cli.cam(model, seeded(32, 1, 3, 64, 64), "layer3")
-    assert [p.requires_grad for p in model.parameters()] == flags
+    model = timm_model("test_resnet")  # not the shared one: references fill .grad
+    with left_as_found(model):  # requires_grad and .grad (None) among the rest
+        gradcam_cli.cam(model, seeded(32, 1, 3, 64, 64), "layer3")
     assert all(p.grad is None for p in model.parameters())
 
 
 def test_channels_last_pipeline_matches_the_api(tmp_path) -> None:
     """The CLI's engine (channels-last, workers) computes the same maps as the plain API."""
-    settings = ExplainSettings(model="test_resnet", pretrained=False, output_dir=tmp_path / "o")
+    settings = build_settings({"model": "test_resnet", "pretrained": False, "output_dir": tmp_path / "o"})
     explainer = Explainer(settings)
     assert explainer.channels_last
     convs = [m for m in explainer.model.modules() if isinstance(m, torch.nn.Conv2d)]
@@ -162,7 +159,7 @@ def test_topk_from_one_forward_equals_one_class_at_a_time(model_name: str, layer
     from gradcam_cli.cams.methods import get_method
     from gradcam_cli.cams.targets import TargetChoice
 
-    model = timm_model(model_name)
+    model = shared_timm_model(model_name)
     x = seeded(34, *shape)
     forwards = []
     handle = model.register_forward_hook(lambda *_: forwards.append(1))

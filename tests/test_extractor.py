@@ -8,85 +8,18 @@ models, layers that never run or that the score ignores, a reused ReLU.
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
 import gradcam_cli
-from conftest import seeded
+from conftest import SmallCnn, assert_left_as_found, model_state, seeded, timm_model, tv_resnet18
 from gradcam_cli.errors import GradcamError, LayerError
 
 timm = pytest.importorskip("timm")
 
-HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-
-
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def snapshot(model: nn.Module) -> dict[str, Any]:
-    """Everything a CAM call could leave behind on a model."""
-    return {
-        "hooks": {(name, d): len(getattr(m, d, {})) for name, m in model.named_modules() for d in HOOK_DICTS},
-        "training": {name: m.training for name, m in model.named_modules()},
-        "requires_grad": {name: p.requires_grad for name, p in model.named_parameters()},
-        "grad": {name: p.grad is None for name, p in model.named_parameters()},
-        "state": {k: v.clone() for k, v in model.state_dict().items()},
-    }
-
-
-def assert_as_found(model: nn.Module, before: dict[str, Any]) -> None:
-    after = snapshot(model)
-    assert after["hooks"] == before["hooks"]
-    assert all(n == 0 for n in after["hooks"].values()), "a hook was left on the model"
-    assert after["training"] == before["training"]
-    assert after["requires_grad"] == before["requires_grad"]
-    assert after["grad"] == before["grad"]
-    assert after["state"].keys() == before["state"].keys()
-    for key, value in before["state"].items():
-        assert torch.equal(after["state"][key], value), f"{key} changed"
-
-
-def tiny_resnet(training: bool = False) -> nn.Module:
-    torch.manual_seed(0)
-    return timm.create_model("test_resnet", pretrained=False).train(training)
-
-
-class SmallCnn(nn.Module):
-    """conv → ReLU → conv → ReLU → pool → fc; optionally with a side branch or an unused layer."""
-
-    def __init__(self, inplace: bool = False, side_branch: bool = False, detached_side: bool = False) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
-        self.act1 = nn.ReLU(inplace=inplace)
-        self.conv2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
-        self.act2 = nn.ReLU(inplace=inplace)
-        self.unused = nn.Conv2d(16, 16, 1)  # defined, never called
-        self.side = nn.Conv2d(8, 4, 1)
-        self.fc = nn.Linear(16, 5)
-        self.side_branch = side_branch
-        self.detached_side = detached_side
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a = self.act1(self.conv1(x))
-        if self.side_branch:
-            self.side(a.detach() if self.detached_side else a)  # computed, then thrown away
-        b = self.act2(self.conv2(a))
-        return self.fc(b.mean(dim=(2, 3)))
-
-
-class RaisingModel(nn.Module):
-    """The target layer runs, then the forward fails."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.body = SmallCnn()
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.body.act1(self.body.conv1(x))
-        raise RuntimeError("boom inside forward")
 
 
 # -- the model is left as found ------------------------------------------------
@@ -94,52 +27,52 @@ class RaisingModel(nn.Module):
 
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 def test_success_leaves_model_as_found(training: bool) -> None:
-    model = tiny_resnet(training)
-    before = snapshot(model)
+    model = timm_model("test_resnet").train(training)
+    before = model_state(model)
     maps = gradcam_cli.cam(model, seeded(0, 2, 3, 64, 64), ["layer3", "layer4"])
     assert maps.shape == (2, 64, 64) and torch.isfinite(maps).all()
     assert model.training is training
-    assert_as_found(model, before)  # in train mode: BatchNorm running stats untouched too
+    assert_left_as_found(model, before)  # in train mode: BatchNorm running stats untouched too
 
 
 def test_mixed_train_eval_flags_are_restored_per_module() -> None:
     """A fine-tuning setup: train mode with frozen (eval) BatchNorm must come back as it was."""
-    model = tiny_resnet(training=True)
+    model = timm_model("test_resnet").train()
     for module in model.modules():
         if isinstance(module, nn.BatchNorm2d):
             module.eval()
-    before = snapshot(model)
+    before = model_state(model)
     gradcam_cli.cam(model, seeded(1, 1, 3, 64, 64), "layer4")
-    assert_as_found(model, before)
+    assert_left_as_found(model, before)
     assert not model.bn1.training and model.layer1.training
 
 
 @pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 def test_bad_class_index_leaves_model_as_found(training: bool) -> None:
-    model = tiny_resnet(training)
-    before = snapshot(model)
+    model = timm_model("test_resnet").train(training)
+    before = model_state(model)
     with pytest.raises(GradcamError, match="out of range"):
         gradcam_cli.cam(model, seeded(2, 2, 3, 64, 64), "layer4", classes=[0, 5000])
-    assert_as_found(model, before)
+    assert_left_as_found(model, before)
 
 
 def test_forward_that_raises_leaves_model_as_found() -> None:
     torch.manual_seed(0)
-    model = RaisingModel().train()
-    before = snapshot(model)
-    with pytest.raises(RuntimeError, match="boom inside forward"):
-        gradcam_cli.cam(model, seeded(3, 1, 3, 32, 32), "body.conv1")
-    assert_as_found(model, before)
+    model = SmallCnn(fail=True).train()
+    before = model_state(model)
+    with pytest.raises(RuntimeError, match="boom after the target layers"):
+        gradcam_cli.cam(model, seeded(3, 1, 3, 32, 32), "conv1")
+    assert_left_as_found(model, before)
     assert model.training
 
 
 def test_parameter_grads_stay_none_and_requires_grad_unchanged() -> None:
-    model = tiny_resnet()
+    model = timm_model("test_resnet")
     model.layer1.requires_grad_(False)  # a mix of frozen and trainable parameters
-    before = snapshot(model)
+    before = model_state(model)
     gradcam_cli.cam(model, seeded(4, 2, 3, 64, 64), "layer4")
     assert all(p.grad is None for p in model.parameters())
-    assert_as_found(model, before)
+    assert_left_as_found(model, before)
 
 
 # -- maps that other tools get wrong ---------------------------------------------
@@ -190,9 +123,7 @@ def _manual_block_cam(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def test_inplace_add_after_target_layer_matches_a_hand_computed_map() -> None:
-    torchvision = pytest.importorskip("torchvision")
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(weights=None).eval()
+    model = tv_resnet18()
     x = seeded(6, 1, 3, 64, 96)
     ours = gradcam_cli.cam(model, x, "layer4.1.bn2")
     torch.testing.assert_close(ours, _manual_block_cam(model, x), atol=1e-5, rtol=0)
@@ -200,21 +131,19 @@ def test_inplace_add_after_target_layer_matches_a_hand_computed_map() -> None:
 
 def test_reused_relu_module_works_and_keeps_its_last_call() -> None:
     """torchvision's BasicBlock calls one `self.relu` twice; its last call is the block's output."""
-    torchvision = pytest.importorskip("torchvision")
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(weights=None).eval()
+    model = tv_resnet18()
     x = seeded(7, 2, 3, 64, 64)
-    before = snapshot(model)
+    before = model_state(model)
     block = gradcam_cli.cam(model, x, "layer4.1")
     shared_relu = gradcam_cli.cam(model, x, "layer4.1.relu")
     assert torch.isfinite(block).all() and block.flatten(1).amax(dim=1).min() > 0.99
     torch.testing.assert_close(shared_relu, block, atol=1e-6, rtol=0)
-    assert_as_found(model, before)
+    assert_left_as_found(model, before)
 
 
 @pytest.mark.parametrize("context", ["no_grad", "inference_mode"])
 def test_grad_disabled_contexts_give_the_same_map(context: str) -> None:
-    model = tiny_resnet()
+    model = timm_model("test_resnet")
     x = seeded(8, 2, 3, 64, 64)
     expected = gradcam_cli.cam(model, x, "layer4")
     with getattr(torch, context)():
@@ -224,19 +153,19 @@ def test_grad_disabled_contexts_give_the_same_map(context: str) -> None:
 
 
 def test_fully_frozen_model_still_works() -> None:
-    model = tiny_resnet()
+    model = timm_model("test_resnet")
     x = seeded(9, 2, 3, 64, 64)
     expected = gradcam_cli.cam(model, x, "layer4")
     frozen = copy.deepcopy(model).requires_grad_(False)
-    before = snapshot(frozen)
+    before = model_state(frozen)
     got = gradcam_cli.cam(frozen, x, "layer4")
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
     assert not any(p.requires_grad for p in frozen.parameters())
-    assert_as_found(frozen, before)
+    assert_left_as_found(frozen, before)
 
 
 def test_input_tensor_is_not_modified() -> None:
-    model = tiny_resnet()
+    model = timm_model("test_resnet")
     x = seeded(10, 1, 3, 64, 64)
     kept = x.clone()
     gradcam_cli.cam(model, x, "layer4")
@@ -249,21 +178,21 @@ def test_input_tensor_is_not_modified() -> None:
 def test_layer_that_never_runs_says_so() -> None:
     torch.manual_seed(0)
     model = SmallCnn().eval()
-    before = snapshot(model)
+    before = model_state(model)
     with pytest.raises(LayerError, match="never ran") as info:
         gradcam_cli.cam(model, seeded(11, 1, 3, 32, 32), "unused")
     assert "index" not in str(info.value) and "'unused'" in str(info.value)
-    assert_as_found(model, before)
+    assert_left_as_found(model, before)
 
 
 @pytest.mark.parametrize("detached", [False, True], ids=["discarded", "detached-and-discarded"])
 def test_layer_the_score_does_not_depend_on_is_a_clear_error(detached: bool) -> None:
     torch.manual_seed(0)
     model = SmallCnn(side_branch=True, detached_side=detached).eval()
-    before = snapshot(model)
+    before = model_state(model)
     with pytest.raises(LayerError, match="does not depend on layer 'side'"):
         gradcam_cli.cam(model, seeded(12, 1, 3, 32, 32), "side")
-    assert_as_found(model, before)
+    assert_left_as_found(model, before)
     # the same model explains fine from a layer on the main path
     assert torch.isfinite(gradcam_cli.cam(model, seeded(12, 1, 3, 32, 32), "conv2")).all()
 
@@ -273,7 +202,7 @@ def test_cam_without_layers_takes_the_family_default(name: str, default: str) ->
     """`cam(model, x)` explains the layer `gradcam explain` would, the one `gradcam layers` marks."""
     from torchvision.models import resnet18
 
-    model = timm.create_model(name, pretrained=False).eval()
+    model = timm_model(name)
     size = model.pretrained_cfg["input_size"][1:]
     x = seeded(4, 2, 3, *size)
     torch.testing.assert_close(gradcam_cli.cam(model, x), gradcam_cli.cam(model, x, default))

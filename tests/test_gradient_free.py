@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import gradcam_cli
-from conftest import ROOT, seeded
+from conftest import ROOT, left_as_found, seeded, shared_timm_model, timm_model
 from gradcam_cli.cams import engine as cams
 from gradcam_cli.cams.methods.projection import first_component
 
@@ -32,7 +32,7 @@ timm = pytest.importorskip("timm")
 pytest.importorskip("pytorch_grad_cam")
 from pytorch_grad_cam import AblationCAM, EigenCAM, ScoreCAM  # noqa: E402
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget  # noqa: E402
-from test_methods import ATOL, CASES, per_image_classes, timm_model  # noqa: E402
+from test_methods import ATOL, CASES, per_image_classes  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -41,7 +41,7 @@ SEED = 21
 
 def case_inputs(case: str) -> tuple[nn.Module, torch.Tensor, list[int]]:
     model_name, shape, *_ = CASES[case]
-    model = timm_model(model_name)
+    model = shared_timm_model(model_name)
     x = seeded(SEED, *shape)
     return model, x, per_image_classes(model, x)
 
@@ -53,7 +53,7 @@ def ours(case: str, method: str, x: torch.Tensor, classes: list[int], *, negated
     with pytest.MonkeyPatch.context() as patch:
         if negated:
             patch.setattr(cams, "first_component", lambda weighted: -first_component(weighted))
-        maps = gradcam_cli.cam(timm_model(model_name), x, path, method=method, classes=classes, **options)
+        maps = gradcam_cli.cam(shared_timm_model(model_name), x, path, method=method, classes=classes, **options)
     assert torch.isfinite(maps).all()
     return maps.numpy()
 
@@ -61,7 +61,7 @@ def ours(case: str, method: str, x: torch.Tensor, classes: list[int], *, negated
 def reference(case: str, explainer_class: type, x: torch.Tensor, classes: list[int], *,
               eigen_smooth: bool = False, **attributes) -> np.ndarray:
     model_name, _, _, module, reshape = CASES[case]
-    model = timm_model(model_name)
+    model = shared_timm_model(model_name)
     with explainer_class(model=model, target_layers=[module(model)], reshape_transform=reshape) as explainer:
         for name, value in attributes.items():
             setattr(explainer, name, value)
@@ -310,24 +310,12 @@ def test_perturbation_memory_stays_flat_as_channels_grow() -> None:
         assert growth < MEMORY_BOUND_MB, f"{method}: peak grew {growth:.0f} MB from 64 to 2048 channels"
 
 
-def module_state(model: nn.Module) -> list[tuple]:
-    return [(name, module, module.training) for name, module in model.named_modules()]
-
-
-def assert_no_hooks(model: nn.Module) -> None:
-    for name, module in model.named_modules():
-        assert not module._forward_hooks, name
-        assert not module._forward_pre_hooks, name
-        assert not module._backward_hooks, name
-
-
 @pytest.mark.parametrize("mode", ["eval", "train", "train-frozen-bn"])
 @pytest.mark.parametrize("method", ["scorecam", "ablationcam"])
 def test_model_is_left_as_found(method: str, mode: str) -> None:
     """No hook left, no module swapped, every train/eval flag and every buffer (BatchNorm
     statistics) as before; and the map is the eval-mode one whatever the mode."""
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False).eval()
+    model = timm_model("test_resnet")
     x = seeded(SEED, 1, 3, 64, 64)
     expected = gradcam_cli.cam(model, x, "layer4", method=method, classes=[3])
     if mode != "eval":
@@ -336,16 +324,6 @@ def test_model_is_left_as_found(method: str, mode: str) -> None:
         for module in model.modules():
             if isinstance(module, nn.BatchNorm2d):
                 module.eval()
-    before = module_state(model)
-    buffers = {name: b.clone() for name, b in model.named_buffers()}
-    grad_flags = [p.requires_grad for p in model.parameters()]
-
-    maps = gradcam_cli.cam(model, x, "layer4", method=method, classes=[3])
-
-    assert module_state(model) == before
-    assert_no_hooks(model)
-    for name, b in model.named_buffers():
-        assert torch.equal(b, buffers[name]), name
-    assert [p.requires_grad for p in model.parameters()] == grad_flags
-    assert all(p.grad is None for p in model.parameters())
+    with left_as_found(model):
+        maps = gradcam_cli.cam(model, x, "layer4", method=method, classes=[3])
     torch.testing.assert_close(maps, expected, atol=ATOL, rtol=0)

@@ -232,7 +232,7 @@ def test_the_zip_bomb_is_real(zip_bomb):
 
 def test_zip_bomb_weights_are_refused_before_inflating(zip_bomb):
     from gradcam_cli.errors import ModelError
-    from gradcam_cli.model.load import read_state_dict
+    from gradcam_cli.model.checkpoint import read_state_dict
 
     start = time.monotonic()
     with pytest.raises(ModelError, match=r"declares 1\.0 GiB of data in a 1\.0 MiB file \(a compression bomb\?\)"):
@@ -263,7 +263,7 @@ def test_real_pth_checkpoints_pass_the_size_check(tmp_path):
     """torch.save stores tensors uncompressed: even all-zero weights declare about the file's size."""
     import torch
 
-    from gradcam_cli.model.load import MAX_INFLATION, read_state_dict
+    from gradcam_cli.model.checkpoint import MAX_INFLATION, read_state_dict
 
     path = tmp_path / "zeros.pth"
     torch.save({"w": torch.zeros(1 << 20), "b": torch.zeros(3)}, path)
@@ -293,7 +293,7 @@ def safetensors_file(path: Path, header: dict, data: bytes = b"", header_length:
 def test_safetensors_headers_that_lie_about_sizes_are_refused(tmp_path, header, length):
     """safetensors checks every declared size against the file (verified here, not repeated in gradcam)."""
     from gradcam_cli.errors import ModelError
-    from gradcam_cli.model.load import read_state_dict
+    from gradcam_cli.model.checkpoint import read_state_dict
 
     path = safetensors_file(tmp_path / "lie.safetensors", header, bytes(16), length)
     start = time.monotonic()
@@ -351,7 +351,7 @@ def test_a_classifier_weight_that_cannot_be_one_is_refused(run_cli, tmp_path, im
 def test_checkpoint_num_classes_believes_a_real_head(fc_state):
     import timm
 
-    from gradcam_cli.model.load import checkpoint_num_classes
+    from gradcam_cli.model.checkpoint import checkpoint_num_classes
 
     model = timm.create_model("test_resnet", pretrained=False)
     assert checkpoint_num_classes(model, fc_state) == 3
@@ -475,7 +475,7 @@ def black_hole():
 
 
 def test_probe_answers_within_its_timeout(black_hole):
-    from gradcam_cli.model.load import _answers
+    from gradcam_cli.model.downloads import _answers
 
     listening = socket.socket()
     listening.bind(("127.0.0.1", 0))
@@ -495,7 +495,7 @@ def test_a_hub_that_never_answers_costs_the_probe_timeout_only(run_cli, tmp_path
     """A silent network (packets dropped): huggingface_hub would wait 10 s per try; torch.hub has no timeout at all."""
     from huggingface_hub import constants
 
-    from gradcam_cli.model.load import HUB_PROBE_TIMEOUT_S
+    from gradcam_cli.model.downloads import HUB_PROBE_TIMEOUT_S
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", black_hole)

@@ -10,14 +10,12 @@ from collections import OrderedDict
 
 import pytest
 
+from conftest import small_tv_vit, timm_model
 from gradcam_cli.errors import LayerError
-from gradcam_cli.layers.paths import default_layer_paths, resolve_layer
-
-
-def timm_model(name: str):
-    import timm
-
-    return timm.create_model(name, pretrained=False).eval()
+from gradcam_cli.layers.defaults import default_layer_paths
+from gradcam_cli.layers.paths import resolve_layer
+from gradcam_cli.model.timm_hub import TIMM
+from gradcam_cli.model.torchvision_hub import TORCHVISION
 
 
 @pytest.fixture(scope="module")
@@ -150,9 +148,9 @@ def test_out_of_range_index(test_resnet):
 # ---------------------------------------------------------------- default_layer_paths
 
 def test_default_timm_families(test_resnet, test_vit, test_convnext):
-    assert default_layer_paths(test_resnet, "test_resnet", "timm") == ["layer4"]
-    assert default_layer_paths(test_vit, "test_vit", "timm") == ["blocks.-1.norm1"]
-    (convnext,) = default_layer_paths(test_convnext, "test_convnext", "timm")
+    assert default_layer_paths(test_resnet, "test_resnet", TIMM) == ["layer4"]
+    assert default_layer_paths(test_vit, "test_vit", TIMM) == ["blocks.-1.norm1"]
+    (convnext,) = default_layer_paths(test_convnext, "test_convnext", TIMM)
     assert convnext in ("stages.3", test_convnext.feature_info[-1]["module"])
     assert resolve_layer(test_convnext, convnext).module is test_convnext.stages[-1]
 
@@ -165,12 +163,12 @@ def test_default_torchvision_cnns(arch, expected):
     import torchvision
 
     model = torchvision.models.get_model(arch, weights=None)
-    assert default_layer_paths(model, arch, "torchvision") == [expected]
+    assert default_layer_paths(model, arch, TORCHVISION) == [expected]
     resolve_layer(model, expected)
 
 
 def test_default_torchvision_vit(tv_vit):
-    assert default_layer_paths(tv_vit, "vit_b_16", "torchvision") == ["encoder.layers.-1.ln_1"]
+    assert default_layer_paths(tv_vit, "vit_b_16", TORCHVISION) == ["encoder.layers.-1.ln_1"]
 
 
 def test_default_fallback_finds_last_spatial_module_of_a_plain_cnn():
@@ -247,21 +245,7 @@ SMALL = dict(depth=2, embed_dim=32, num_heads=2, num_classes=10)
 
 
 def small_timm(name, size, **kwargs):
-    return lambda: timm_model_with(name, img_size=size, **SMALL, **kwargs)
-
-
-def timm_model_with(name, **kwargs):
-    import timm
-    import torch
-
-    torch.manual_seed(0)
-    return timm.create_model(name, pretrained=False, **kwargs).eval()
-
-
-def small_tv_vit():
-    from torchvision.models.vision_transformer import VisionTransformer
-
-    return VisionTransformer(image_size=160, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64).eval()
+    return lambda: timm_model(name, img_size=size, **SMALL, **kwargs)
 
 
 # family: builder, input size, source, arch, the conv map that holds the real patch grid,
@@ -276,20 +260,23 @@ TOKEN_FAMILIES = {
     "cait": (small_timm("cait_xxs24_224", 160, depth_token_only=1), (160, 160), "timm", "cait", "patch_embed.proj", 0),
     "xcit": (small_timm("xcit_nano_12_p16_224", 160), (160, 160), "timm", "xcit", "patch_embed.proj", 0),
     "xcit-odd-size": (small_timm("xcit_nano_12_p16_224", 160), (90, 70), "timm", "xcit", "patch_embed.proj", 0),
-    "torchvision-vit": (small_tv_vit, (160, 160), "torchvision", "vit_b_16", "conv_proj", 1),
+    "torchvision-vit": (lambda: small_tv_vit(160), (160, 160), "torchvision", "vit_b_16", "conv_proj", 1),
 }
 
 
 @pytest.mark.parametrize("family", list(TOKEN_FAMILIES))
 def test_every_token_layer_gets_the_real_patch_grid(family):
     """Each layer's prefix count is its tokens minus the patch grid's cells, not the model-wide count."""
-    from gradcam_cli.layers.paths import layer_rows, resolve_layers
+    from gradcam_cli.layers.paths import resolve_layers
+    from gradcam_cli.layers.tree import layer_rows
+    from gradcam_cli.model.hub import SOURCES
     from gradcam_cli.model.load import num_prefix_tokens
 
     build, size, source, arch, conv_map, default_prefix = TOKEN_FAMILIES[family]
+    hub = next(s for s in SOURCES if s.name == source)  # the family's hub, by its name
     model = build()
-    defaults = [layer.name for layer in resolve_layers(model, default_layer_paths(model, arch, source))]
-    rows = layer_rows(model, size, defaults, num_prefix_tokens(model, source, arch))
+    defaults = [layer.name for layer in resolve_layers(model, default_layer_paths(model, arch, hub))]
+    rows = layer_rows(model, size, defaults, num_prefix_tokens(model, hub, arch))
     by_name = {row.name: row for row in rows}
     gh, gw = by_name[conv_map].shape[-2:]  # the grid as the embedding's convolution made it
     on_grid = [row for row in rows if row.shape and len(row.shape) == 3 and 0 <= row.shape[1] - gh * gw <= 16]

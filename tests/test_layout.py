@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import gradcam_cli
-from conftest import seeded
+from conftest import seeded, small_tv_vit, timm_model
 from gradcam_cli.errors import LayoutError
 from gradcam_cli.layout import MAX_PREFIX_TOKENS, Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
 
@@ -21,11 +21,6 @@ timm = pytest.importorskip("timm")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def timm_model(name: str, **kwargs: object) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return timm.create_model(name, pretrained=False, **kwargs).eval()
 
 
 def multi_prefix_vit(**kwargs: object) -> torch.nn.Module:
@@ -229,13 +224,6 @@ def test_grid_hint_overrides_the_guess_for_tokens() -> None:
 SMALL = dict(img_size=96, depth=2, embed_dim=32, num_heads=2, num_classes=10)
 
 
-def tv_vit(size: int = 96) -> torch.nn.Module:
-    from torchvision.models.vision_transformer import VisionTransformer
-
-    torch.manual_seed(0)
-    return VisionTransformer(image_size=size, patch_size=16, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64).eval()
-
-
 def small(name: str, size: int | tuple[int, int] = 96, **kwargs: object) -> Callable[[], torch.nn.Module]:
     return lambda: timm_model(name, **{**SMALL, "img_size": size, **kwargs})
 
@@ -264,7 +252,7 @@ def test_patch_grid_comes_from_the_model_at_the_input_size() -> None:
     xcit = timm_model("xcit_nano_12_p16_224", **SMALL)  # a stem of four stride-2 convolutions
     assert patch_grid(xcit, (96, 64)) == (6, 4)
     assert patch_grid(xcit, (90, 70)) == (6, 5)  # each padded 3x3 conv rounds up
-    assert patch_grid(tv_vit(), (96, 96)) == (6, 6)  # torchvision: conv_proj and patch_size
+    assert patch_grid(small_tv_vit(), (96, 96)) == (6, 6)  # torchvision: conv_proj and patch_size
     assert patch_grid(timm_model("test_resnet"), (96, 96)) is None  # no patch embedding: the shape decides
 
 
@@ -306,11 +294,12 @@ def test_patch_embed_and_its_projection_give_the_same_map(family: str) -> None:
 @pytest.mark.parametrize("family", ["cait", "xcit", "xcit-non-square"])
 def test_default_layer_of_models_that_add_the_class_token_late(family: str) -> None:
     """CaiT and XCiT blocks hold patch tokens only: the default layer's map equals the one at --grid."""
-    from gradcam_cli.layers.paths import default_layer_paths
+    from gradcam_cli.layers.defaults import default_layer_paths
+    from gradcam_cli.model.timm_hub import TIMM
 
     build, size = FAMILIES[family]
     model = build()
-    (path,) = default_layer_paths(model, family, "timm")
+    (path,) = default_layer_paths(model, family, TIMM)
     x = seeded(14, 2, 3, *size)
     grid = (size[0] // 16, size[1] // 16)
     inferred = gradcam_cli.cam(model, x, path)

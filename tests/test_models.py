@@ -112,7 +112,7 @@ def test_labels_with_the_wrong_count_are_a_usage_error(run_cli, tmp_path, image,
 
 def test_labels_with_a_byte_order_mark(tmp_path):
     """Windows editors start UTF-8 files with a BOM; it must not become part of the first class name."""
-    from gradcam_cli.model.load import read_labels
+    from gradcam_cli.model.labels import read_labels
 
     path = tmp_path / "bom.txt"
     path.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(LABELS).encode() + b"\r\n")
@@ -250,7 +250,7 @@ def test_resolve_device():
     import torch
 
     from gradcam_cli.errors import UsageError
-    from gradcam_cli.model.load import resolve_device
+    from gradcam_cli.model.device import resolve_device
 
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device(" CPU ") == torch.device("cpu")

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import gradcam_cli
-from conftest import seeded
+from conftest import seeded, timm_model
 
 timm = pytest.importorskip("timm")
 pytorch_grad_cam = pytest.importorskip("pytorch_grad_cam")
@@ -24,11 +24,6 @@ ATOL = 1e-4
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def timm_model(name: str, **kwargs: object) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return timm.create_model(name, pretrained=False, **kwargs).eval()
 
 
 def token_reshape(prefix: int, h: int, w: int) -> Callable[[torch.Tensor], torch.Tensor]:

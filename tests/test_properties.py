@@ -187,7 +187,7 @@ SIDE = st.integers(1, 5000)
 
 @st.composite
 def data_configs(draw):
-    from gradcam_cli.model.load import DataConfig
+    from gradcam_cli.model.data_config import DataConfig
 
     side = draw(st.integers(8, 512))
     input_hw = (side, side) if draw(st.booleans()) else (draw(st.integers(8, 512)), side)
@@ -299,7 +299,7 @@ def encoded_images(draw):
 def test_every_mode_and_format_decodes_to_uint8_rgb_of_its_size(case, transparency, tmp_path_factory):
     from PIL import Image
 
-    from gradcam_cli.outputs.images import load_image
+    from gradcam_cli.inputs.decode import load_image
 
     fmt, mode, array = case
     image = _image(mode, array)
@@ -361,7 +361,7 @@ def hostile_bytes(draw):
 @given(data=hostile_bytes(), suffix=st.sampled_from([".png", ".jpg"]))
 def test_arbitrary_bytes_give_an_image_or_an_input_error(data, suffix, tmp_path_factory):
     from gradcam_cli.errors import InputError
-    from gradcam_cli.outputs.images import load_image
+    from gradcam_cli.inputs.decode import load_image
 
     path = tmp_path_factory.mktemp("bytes") / f"file{suffix}"
     path.write_bytes(data)
@@ -379,7 +379,7 @@ def test_names_of_the_error_kinds_in_the_messages():
     import tempfile
 
     from gradcam_cli.errors import InputError
-    from gradcam_cli.outputs.images import load_image
+    from gradcam_cli.inputs.decode import load_image
 
     with tempfile.TemporaryDirectory() as folder:
         cases = {"e.png": (b"", r"empty file"), "h.jpg": (b"\n<html><p>x</p></html>", r"HTML page"),

@@ -17,11 +17,10 @@ import torch
 from PIL import Image
 
 import gradcam_cli
-from conftest import seeded, write_image
+from conftest import assert_left_as_found, model_state, seeded, timm_model, write_image
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 TINY = ("--model", "test_resnet", "--no-pretrained", "--json")
 
 
@@ -47,17 +46,6 @@ def _tensor_count() -> int:
     return count
 
 
-def _model_state(model: torch.nn.Module) -> dict:
-    return {
-        "modules": [(name, id(m), type(m)) for name, m in model.named_modules()],
-        "training": {name: m.training for name, m in model.named_modules()},
-        "requires_grad": {name: p.requires_grad for name, p in model.named_parameters()},
-        "hooks": {(name, d): len(getattr(m, d, None) or {}) for name, m in model.named_modules() for d in HOOK_DICTS},
-        "grads": [name for name, p in model.named_parameters() if p.grad is not None],
-        "forward_patched": [name for name, m in model.named_modules() if "forward" in vars(m)],
-    }
-
-
 # (method, layer, runs after the warm-up): 1,000 of the default, a few hundred of each other kind
 RUNS = (("gradcam", "layer4", 1000), ("eigencam", "layer4", 200), ("guided-gradcam", "layer4", 200),
         ("scorecam", "layer1", 100))
@@ -67,10 +55,7 @@ WARM_UP = 50
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="RSS is read from /proc")
 @pytest.mark.slow
 def test_one_model_explained_1500_times_is_left_as_found_and_memory_stays_flat() -> None:
-    import timm
-
-    torch.manual_seed(0)
-    model = timm.create_model("test_resnet", pretrained=False)
+    model = timm_model("test_resnet")
     # a fine-tuning setup the runs must not disturb: train mode, one stage in eval, a frozen stem
     model.train()
     model.layer1.eval()
@@ -78,7 +63,7 @@ def test_one_model_explained_1500_times_is_left_as_found_and_memory_stays_flat()
         p.requires_grad_(False)
     x = seeded(31, 1, 3, 32, 32)
     x_before = x.clone()
-    before = _model_state(model)
+    before = model_state(model)
     assert not any(before["hooks"].values())
 
     def explain(method: str, layer: str, i: int) -> torch.Tensor:
@@ -101,12 +86,10 @@ def test_one_model_explained_1500_times_is_left_as_found_and_memory_stays_flat()
     last.clear()
     tensors_after, rss_after = _tensor_count(), _rss_mb()
 
-    after = _model_state(model)
-    assert not any(after["hooks"].values()), "a hook was left on the model"
-    assert after == before, "the model is not as found (modules, train/eval flags, requires_grad, .grad)"
+    # modules, hooks, train/eval and inplace flags, requires_grad, .grad, weights and BatchNorm statistics,
+    # grad and inference mode, function modes (guided backprop's)
+    assert_left_as_found(model, before)
     assert torch.equal(x, x_before) and not x.requires_grad and x.grad is None
-    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-    assert torch._C._len_torch_function_stack() == 0, "guided backprop left its function mode on"
     # A leak of one graph or one activation per run would add thousands of live tensors; a few
     # come and go with torch's caches.
     assert tensors_after - tensors_before <= 10, (tensors_before, tensors_after)

@@ -58,7 +58,7 @@ def test_each_target_has_its_own_blank_flag():
     import torch
 
     from gradcam_cli.maps import CamBatch
-    from gradcam_cli.outputs.records import OutputNamer
+    from gradcam_cli.outputs.naming import OutputNamer
     from gradcam_cli.geometry import Geometry
     from gradcam_cli.outputs.writer import ResultWriter
 
@@ -76,7 +76,7 @@ def test_each_target_has_its_own_blank_flag():
     (remark,) = record.remarks()
     assert remark.startswith("x.png: the map for class 8 is blank") and "class 9" not in remark
 
-    from gradcam_cli.cli.app import _human_line
+    from gradcam_cli.cli.console import human_line as _human_line
 
     assert _human_line(record).endswith("(blank map for class 8: try another --layer or --class)")
 
@@ -108,7 +108,7 @@ def test_skip_existing_redoes_an_image_whose_outputs_are_not_all_whole(run_cli, 
     assert again.code == 0, again.stderr
     assert [r["skipped"] for r in again.records()] == [False, True], damage
     # whole again; the values agree up to float rounding (the image now runs in a batch of one, not two)
-    from gradcam_cli.outputs.images import is_complete
+    from gradcam_cli.outputs.files import is_complete
 
     assert is_complete(files[victim])
     if victim.endswith(".npy"):
@@ -132,7 +132,7 @@ def test_a_killed_runs_temporary_files_are_cleared_and_only_ours(run_cli, tmp_pa
 
 def test_files_are_written_whole_under_a_short_temporary_name(tmp_path, monkeypatch):
     """fsync before rename, and a temporary name of fixed length in the same folder."""
-    from gradcam_cli.outputs import images
+    from gradcam_cli.outputs import files as images
 
     calls: list[str] = []
     real_fsync, real_replace = os.fsync, os.replace

@@ -105,7 +105,8 @@ def smoothed(
 
     first = run(x, targets)
     fixed = FixedTargets(first.targets)
-    total, votes = first.maps.float().clone(), 1.0
+    total = first.maps.float().clone()
+    votes: torch.Tensor | float = 1.0
     finite = first.finite.clone()
     for view in VIEWS[1:]:
         batch = run(view.apply(x), fixed)

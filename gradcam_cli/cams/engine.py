@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from gradcam_cli.layers.paths import ResolvedLayer
     from gradcam_cli.cams.methods import CamMethod
-    from gradcam_cli.cams.targets import TargetChoice
+    from gradcam_cli.cams.targets import FixedTargets, TargetChoice
 
 @dataclass
 class _Job:
@@ -34,7 +34,7 @@ class _Job:
     x: torch.Tensor
     layers: Sequence[ResolvedLayer]
     method: CamMethod
-    targets: TargetChoice
+    targets: TargetChoice | FixedTargets
     options: CamOptions
     hints: LayoutHints
     model_name: str
@@ -97,7 +97,7 @@ def _run_gradient(job: _Job) -> CamBatch:
         for k, gradients in enumerate(per_rank):
             finite &= finite_rows(*gradients)
             raws = [
-                job.reduce(method.compute(layout.to_nchw(a).float(), layout.to_nchw(g).float()))
+                job.reduce(method.gradient_cam()(layout.to_nchw(a).float(), layout.to_nchw(g).float()))
                 for a, g, layout in zip(activations, gradients, layouts)
             ]
             cam, blank = finish_maps(raws, job.size, job.options)
@@ -123,7 +123,7 @@ def _perturbation_raws(job: _Job, activations: list[torch.Tensor], grids: list[t
         probe = LayerProbe(job.model, job.x, layer, layout, raw, grid, logits, classes,
                            job.options.cam_batch_size, job.options.progress, job.method.name)
         with job.autocast():
-            weights = job.method.compute(probe).float()
+            weights = job.method.perturbation_cam()(probe).float()
         raws.append(job.reduce(weights[:, :, None, None] * grid))
     return raws
 
@@ -141,7 +141,8 @@ def _run_forward_only(job: _Job) -> CamBatch:
         finite = finite_rows(logits, *activations)
         grids = [layout.to_nchw(a).float() for a, layout in zip(activations, layouts)]
         if job.method.kind is MethodKind.ACTIVATION:  # the same map for every class
-            cam, blank = finish_maps([job.reduce(job.method.compute(g, None)) for g in grids], job.size, job.options)
+            compute = job.method.activation_cam()
+            cam, blank = finish_maps([job.reduce(compute(g, None)) for g in grids], job.size, job.options)
             per_rank = [(cam, blank)] * chosen.shape[1]
         else:
             per_rank = [
@@ -168,10 +169,10 @@ def _run_network(job: _Job) -> CamBatch:
             finite &= finite_rows(input_grad, *gradients)
             ran = recorder.ran_layers()
             network = NetworkGradients(
-                recorder.input.detach(), input_grad, [(layer.module, g) for layer, g in zip(ran, gradients)],
+                recorder.recorded_input().detach(), input_grad, [(layer.module, g) for layer, g in zip(ran, gradients)],
                 job.options.eigen_smooth,
             )
-            cam, blank = finish_maps([job.method.compute(network)], job.size, job.options)
+            cam, blank = finish_maps([job.method.network_cam()(network)], job.size, job.options)
             maps.append(cam)
             blanks.append(blank)
     maps_t, blanks_t = _stack(maps, blanks)
@@ -208,7 +209,7 @@ def compute_cams(
     return _run_once(job, x, targets)
 
 
-def _run_once(job: _Job, x: torch.Tensor, targets: TargetChoice) -> CamBatch:
+def _run_once(job: _Job, x: torch.Tensor, targets: TargetChoice | FixedTargets) -> CamBatch:
     from dataclasses import replace
 
     return _RUNNERS[job.method.kind](replace(job, x=x, targets=targets))

@@ -11,6 +11,7 @@ from typing import Any
 from collections.abc import Callable
 
 from gradcam_cli.errors import UsageError, one_line
+from gradcam_cli.settings import Option, preset_keys
 
 
 def _as_bool(key: str, value: Any) -> bool:
@@ -45,44 +46,21 @@ def _as_str_list(key: str, value: Any) -> list[str]:
     raise UsageError(f"config key '{key}': expected a name or a list of names, got {_shown(value)}")
 
 
-# preset key → (explain parameter name, converter)
-PRESET_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-    "model": ("model", _as_str),
-    "pretrained": ("pretrained", _as_bool),
-    "weights": ("weights", _as_str),
-    "labels": ("labels", _as_str),
-    "layers": ("layers", _as_str_list),
-    "layer": ("layers", _as_str_list),
-    "method": ("method", _as_str),
-    "class": ("classes", _as_str_list),
-    "classes": ("classes", _as_str_list),
-    "topk": ("topk", _as_int),
-    "crop": ("crop", _as_bool),
-    "colormap": ("colormap", _as_str),
-    "alpha": ("alpha", _as_float),
-    "save_raw": ("save_raw", _as_bool),
-    "batch_size": ("batch_size", _as_int),
-    "device": ("device", _as_str),
-    "grid": ("grid", _as_str),
-    "output_dir": ("output_dir", _as_str),
-    "recursive": ("recursive", _as_bool),
-    "relu": ("relu", _as_bool),
-    "norm": ("norm", _as_str),
-    "combine": ("combine", _as_str),
-    "eigen_smooth": ("eigen_smooth", _as_bool),
-    "aug_smooth": ("aug_smooth", _as_bool),
-    "cam_batch_size": ("cam_batch_size", _as_int),
-    "save_guided": ("save_guided", _as_bool),
-    "precision": ("precision", _as_str),
-    "workers": ("workers", _as_int),
-    "max_pixels": ("max_pixels", _as_int),
-    "skip_existing": ("skip_existing", _as_bool),
-}
-PATH_KEYS = ("weights", "labels", "output_dir")  # relative to the preset's own folder, like any file it names
+def _converter(option: Option) -> Callable[[str, Any], Any]:
+    """A preset value's check, from the option's kind (the range and choice checks follow in build_settings)."""
+    if option.kind is bool:
+        return _as_bool
+    if option.kind is int:
+        return _as_int
+    if option.kind is float:
+        return _as_float
+    if option.kind is list:
+        return _as_str_list
+    return _as_str
 
 
 def load_preset(path: Path) -> dict[str, Any]:
-    """Parameter name → checked value; every path key (PATH_KEYS) is relative to the preset's folder."""
+    """Option name → value of the right kind; every path option is relative to the preset's folder."""
     if not path.is_file():
         raise UsageError(f"--config {path}: no such file")
     data = _safe_yaml(_read_preset_text(path), path)
@@ -91,18 +69,17 @@ def load_preset(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise UsageError(f"--config {path}: expected a mapping of option: value at the top level")
     values: dict[str, Any] = {}
+    keys = preset_keys()
     for key, value in data.items():
-        spec = PRESET_KEYS.get(str(key).replace("-", "_"))
-        if spec is None:
-            close = difflib.get_close_matches(str(key), list(PRESET_KEYS), n=1, cutoff=0.6)
+        option = keys.get(str(key).replace("-", "_"))
+        if option is None:
+            close = difflib.get_close_matches(str(key), list(keys), n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise UsageError(f"--config {path}: unknown key '{one_line(key, 40)}'{hint}; known keys: {', '.join(PRESET_KEYS)}")
-        name, convert = spec
-        values[name] = convert(str(key), value)
-    for name in PATH_KEYS:
-        if name in values:
-            named = Path(values[name]).expanduser()
-            values[name] = str(named if named.is_absolute() else path.parent / named)
+            raise UsageError(f"--config {path}: unknown key '{one_line(key, 40)}'{hint}; known keys: {', '.join(keys)}")
+        values[option.name] = _converter(option)(str(key), value)
+        if option.path:  # the one path rule: relative to the preset's own folder, like any file it names
+            named = Path(values[option.name]).expanduser()
+            values[option.name] = str(named if named.is_absolute() else path.parent / named)
     return values
 
 

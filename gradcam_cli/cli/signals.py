@@ -27,7 +27,9 @@ T = TypeVar("T")
 INTERRUPTED_MESSAGE = (
     "interrupted by {signal}; every file written is complete; re-run with --skip-existing to do the rest"
 )
-HANDLED = {signal.SIGINT: ("Ctrl-C", ExitCode.INTERRUPTED), signal.SIGTERM: ("SIGTERM", ExitCode.TERMINATED)}
+HANDLED: dict[int, tuple[str, ExitCode]] = {
+    signal.SIGINT: ("Ctrl-C", ExitCode.INTERRUPTED), signal.SIGTERM: ("SIGTERM", ExitCode.TERMINATED),
+}
 
 
 def interrupted(signum: int = signal.SIGINT) -> Interrupted:

@@ -97,12 +97,3 @@ def guided_backprop(enabled: bool) -> Iterator[GuidedBackprop | None]:
     with _Mode():
         yield guide
 
-
-def deprocess(image: torch.Tensor) -> torch.Tensor:
-    """A signed gradient image (3, H, W) → (H, W, 3) in [0, 1] for viewing: mean grey, 0.1 std.
-
-    The usual display of guided backprop (as in the Grad-CAM authors' code).
-    """
-    centred = image - image.mean()
-    scaled = centred / (centred.std() + 1e-5) * 0.1 + 0.5
-    return scaled.clamp(0, 1).permute(1, 2, 0)

@@ -119,6 +119,12 @@ class LayerRecorder:
         """The hooked layers whose output the last forward recorded and that carry a graph."""
         return [layer for layer in self.layers if layer.name in self.outputs and self.outputs[layer.name].requires_grad]
 
+    def recorded_input(self) -> torch.Tensor:
+        """The input of the last forward, as the graph saw it (`input_grad=True` makes it require a gradient)."""
+        if self.input is None:
+            raise RuntimeError("no forward has run through this recorder yet")
+        return self.input
+
     def gradients_with_input(self, score: torch.Tensor, retain_graph: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """d(score)/d(input) and d(score)/d(output) of each of `ran_layers()`, in one backward pass.
 
@@ -126,9 +132,8 @@ class LayerRecorder:
         """
         import torch
 
-        assert self.input is not None
         ran = self.ran_layers()
-        outputs = [self.input] + [self.outputs[layer.name] for layer in ran]
+        outputs = [self.recorded_input()] + [self.outputs[layer.name] for layer in ran]
         grads = torch.autograd.grad(score, outputs, retain_graph=retain_graph, allow_unused=True)
         filled = [torch.zeros_like(o) if g is None else g.detach() for o, g in zip(outputs, grads)]
         return filled[0], filled[1:]

@@ -22,14 +22,14 @@ from typing import BinaryIO, TextIO
 from collections.abc import Callable, Iterable, Iterator
 
 from gradcam_cli.errors import cut, printable
-from gradcam_cli.cams.methods import method_names
+from gradcam_cli.vocab import Method, values
 
 IMAGE_SUFFIXES = frozenset(
     {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm", ".jfif"}
 )
 GLOB_CHARS = set("*?[")
 # what OutputNamer writes: NAME.METHOD.png, NAME.METHOD.classN.png, NAME.METHOD[.classN].guided.png
-OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in method_names()) + r")(\.class\d+)?(\.guided)?\.png$")
+OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in values(Method)) + r")(\.class\d+)?(\.guided)?\.png$")
 NAME_MAX = 255  # bytes in one path component on ext4, XFS, btrfs, APFS, NTFS
 PATH_MAX = 4096  # bytes in a whole path on Linux
 STDIN_GIVE_UP = 1 << 20  # a "line" of a megabyte is no path list: stop reading stdin
@@ -248,7 +248,7 @@ def _skip_rest_of_line(stream: TextIO | BinaryIO) -> bool:
     read = 0
     while read < STDIN_GIVE_UP:
         chunk = stream.readline(65536)
-        if not chunk or chunk.endswith(b"\n" if isinstance(chunk, bytes) else "\n"):
+        if not chunk or (chunk.endswith(b"\n") if isinstance(chunk, bytes) else chunk.endswith("\n")):
             return True
         read += len(chunk)
     return False

@@ -14,8 +14,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from gradcam_cli.errors import InputError
-from gradcam_cli.outputs.images import Colormap, encode_npy, encode_png, overlay, remove_stale_temps, write_atomic
-from gradcam_cli.outputs.records import ImageRecord, OutputNamer, TargetRecord
+from gradcam_cli.outputs.files import remove_stale_temps, write_atomic
+from gradcam_cli.outputs.naming import OutputNamer
+from gradcam_cli.outputs.records import ImageRecord, TargetRecord
+from gradcam_cli.outputs.render import Colormap, deprocess, encode_npy, encode_png, overlay
 from gradcam_cli.geometry import Geometry, map_to_original
 
 if TYPE_CHECKING:
@@ -148,7 +150,5 @@ class ResultWriter:
     @staticmethod
     def _write_guided(geometry: Geometry, image: torch.Tensor, path: Path) -> None:
         """The guided Grad-CAM image in colour, at the photo's size."""
-        from gradcam_cli.extract.guided import deprocess
-
         rgb = map_to_original(deprocess(image).permute(2, 0, 1), geometry)
         write_atomic(path, encode_png((rgb.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8)))

@@ -1,192 +1,71 @@
 """The batch engine: sources → decoded batches → maps → files and records.
 
-The model is built and its layers resolved once; images stream through in
-batches of `batch_size`, decoded ahead by worker threads and written behind
-by them (writer.py), so memory holds a window of images, never the folder. A
-bad image becomes an error record and the rest go on; a bad layer or option
-stops the run before any file is written.
+The run is prepared once (prepare.py: model, layers, method, classes); images
+stream through in batches (batches.py, with the out-of-memory policy),
+decoded ahead by worker threads and written behind by them (outputs/writer.py),
+so memory holds a window of images, never the folder. A bad image becomes an
+error record and the rest go on; a bad layer or option stops the run before
+any file is written.
 """
 from __future__ import annotations
 
 import errno
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path, PurePath
-from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import PurePath
 
-import numpy as np
+import torch
 
-from gradcam_cli import __version__
-from gradcam_cli.errors import GradcamError, InputError, OutputError, UsageError
-from gradcam_cli.outputs.images import DEFAULT_MAX_PIXELS, Colormap, is_complete, load_image
-from gradcam_cli.model.load import free_device_memory, is_out_of_memory
-from gradcam_cli.outputs.records import ImageRecord, OutputNamer, ensure_writable
-from gradcam_cli.geometry import Geometry, plan_geometry, to_input_array
+from gradcam_cli.errors import InputError, OutputError
+from gradcam_cli.geometry import plan_geometry, to_input_array
+from gradcam_cli.inputs.decode import load_image
 from gradcam_cli.inputs.sources import Source
-from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
+from gradcam_cli.maps import CamBatch, ProgressFn
+from gradcam_cli.outputs.naming import OutputNamer, ensure_writable
+from gradcam_cli.outputs.records import ImageRecord
 from gradcam_cli.outputs.writer import ResultWriter
+from gradcam_cli.run.batches import Batcher, Item
+from gradcam_cli.run.prepare import PreparedRun, prepare_run
+from gradcam_cli.run.resume import existing_outputs
+from gradcam_cli.run.summary import Summary
+from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
+from gradcam_cli.settings import ExplainSettings
 
 OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
-if TYPE_CHECKING:
-    import torch
-
-    from gradcam_cli.maps import CamBatch, ProgressFn
-    from gradcam_cli.layers.paths import ResolvedLayer
-    from gradcam_cli.cams.methods import CamMethod
-    from gradcam_cli.model.load import LoadedModel
-    from gradcam_cli.cams.targets import TargetChoice
-
-@dataclass(frozen=True)
-class ExplainSettings:
-    """Everything a run needs, resolved from flags, a preset and defaults."""
-
-    model: str
-    pretrained: bool = True
-    weights: Path | None = None
-    labels: Path | None = None
-    layers: tuple[str, ...] = ()
-    method: str = "gradcam"
-    classes: tuple[str, ...] = ()
-    topk: int = 1
-    crop: bool = False
-    colormap: Colormap = Colormap.jet
-    alpha: float = 0.5
-    save_raw: bool = False
-    batch_size: int = 8
-    device: str = "auto"
-    grid: tuple[int, int] | None = None
-    output_dir: Path = Path("gradcam_out")
-    recursive: bool = False
-    relu: bool = True
-    norm: str = "minmax"
-    combine: str = "mean"
-    eigen_smooth: bool = False
-    aug_smooth: bool = False
-    cam_batch_size: int = 32
-    save_guided: bool = False
-    workers: int = 0  # decode/write threads; 0 = automatic
-    precision: str = "auto"
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    skip_existing: bool = False
-
-
-@dataclass
-class Summary:
-    done: int = 0
-    failed: int = 0
-    blank: int = 0
-    skipped: int = 0  # --skip-existing: all outputs were there already
-
-    @property
-    def total(self) -> int:
-        return self.done + self.failed + self.skipped
-
-    def count(self, record: ImageRecord) -> None:
-        if record.skipped:
-            self.skipped += 1
-        else:
-            self.done += record.ok
-            self.failed += not record.ok
-        self.blank += any(target.blank for target in record.targets)
-
-
-@dataclass
-class _Item:
-    """One input on its way through a batch."""
-
-    source: Source
-    base: PurePath  # the output name, claimed in input order
-    existing: list[Path] | None = None  # --skip-existing: an earlier run's complete outputs
-    image: np.ndarray | None = None
-    geometry: Geometry | None = None
-    array: np.ndarray | None = None
-    error: str | None = None
-
-    @property
-    def skipped(self) -> bool:
-        return self.existing is not None
-
 
 class Explainer:
-    """Holds the model once and explains a stream of sources."""
+    """Holds the prepared run and explains a stream of sources."""
 
     def __init__(
         self, settings: ExplainSettings, warn: Callable[[str], None] = lambda _m: None,
         progress: ProgressFn | None = None, checkpoint: Callable[[], None] = lambda: None,
     ) -> None:
-        from gradcam_cli.maps import CamOptions
-        from gradcam_cli.layers.paths import default_layer_paths, resolve_layers
-        from gradcam_cli.cams.methods import MethodKind, get_method
-        from gradcam_cli.model.load import load_model, num_outputs, place_model, resolve_device, resolve_precision
-        from gradcam_cli.cams.targets import target_choice
-
         self.settings = settings
         self.warn = warn
         self.checkpoint = checkpoint  # raises when the run is asked to stop (Ctrl-C); called between images
-        self.method: CamMethod = get_method(settings.method)
-        _check_method_options(settings, self.method, warn)
-        self.device = resolve_device(settings.device)
-        self.options = CamOptions(
-            settings.relu, settings.norm, settings.combine, settings.eigen_smooth, settings.aug_smooth,
-            settings.cam_batch_size, resolve_precision(settings.precision, self.device),
-            _checked_progress(progress, checkpoint),
-        )
-        self.loaded: LoadedModel = load_model(
-            settings.model, pretrained=settings.pretrained, weights=settings.weights, labels=settings.labels
-        )
-        model = self.loaded.model
-        paths = list(settings.layers) or default_layer_paths(model, self.loaded.arch, self.loaded.source)
-        self.layers: list[ResolvedLayer] = resolve_layers(model, paths, self.loaded.name)
-        classes = num_outputs(model)
-        self.notices: list[str] = []  # said once when the run starts, after every check has passed
-        self.targets: TargetChoice = _fit_topk(
-            target_choice(settings.classes, settings.topk, self.loaded.class_names), classes, self.notices.append
-        )
-        if not settings.pretrained and settings.weights is None:
-            self.notices.append("--no-pretrained: random (seeded) weights; the classes and maps mean nothing "
-                                "(useful only to try the tool or a layer path)")
-        self.channels_last = place_model(model, self.device)
-        self.model = model
-        if self.method.kind == MethodKind.PERTURBATION:
-            self.notices.append(self._perturbation_cost())
-        several = bool(self.targets.classes) or self.targets.topk > 1
-        largest = max(self.targets.classes or [(classes or 1) - 1]) if several else None
-        self.namer = OutputNamer(settings.output_dir, self.method.name, largest, settings.save_raw, settings.save_guided)
-        self.workers = settings.workers or default_workers(self.device.type)
-        self.batch_limit = settings.batch_size  # lowered when the device runs out of memory
+        self.prepared: PreparedRun = prepare_run(settings, warn=warn, progress=progress, checkpoint=checkpoint)
+        self.namer = _namer(self.prepared)
+        self.workers = settings.run.workers or default_workers(self.prepared.device.type)
+        self.batcher = Batcher(self.compute, settings.run.batch_size, self.prepared.device, warn)  # compute: the seam tests replace
+        outputs = settings.outputs
         self.writer = ResultWriter(
-            self.namer, self.loaded.class_names, self._record_context(),
-            colormap=settings.colormap, alpha=settings.alpha, save_raw=settings.save_raw,
-            save_guided=settings.save_guided, raw_norm=settings.norm != "minmax",
-            explicit_classes=bool(self.targets.classes),
+            self.namer, self.prepared.loaded.class_names, self.prepared.record_context(),
+            colormap=outputs.colormap, alpha=outputs.alpha, save_raw=outputs.save_raw, save_guided=outputs.save_guided,
+            raw_norm=settings.maps.norm != "minmax", explicit_classes=bool(self.prepared.targets.classes),
         )
 
-    def _perturbation_cost(self) -> str:
-        """scorecam and ablationcam run one forward per channel of the layer: say what that costs, before it does."""
-        import torch
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.prepared.model
 
-        from gradcam_cli.extract.perturb import measure_cost
+    @property
+    def channels_last(self) -> bool:
+        return self.prepared.channels_last
 
-        chunk = min(self.settings.cam_batch_size, 8)
-        x = torch.zeros(chunk, 3, *self.loaded.data_config.input_hw, device=self.device)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        cost = measure_cost(self.model, self.layers, x)
-        layers = ", ".join(f"{name}: {count:,} channels" for name, count in cost.channels.items())
-        return (
-            f"{self.method.name} runs {cost.forwards_per_image:,} masked forwards per image ({layers}), about "
-            f"{_duration(cost.seconds_per_image)} per image on {self.device}; cheaper: --method gradcam "
-            "(one backward), a --layer with fewer channels, or a GPU"
-        )
-
-    def _layer_names(self) -> list[str]:
-        """The layers the maps come from, as the records report them."""
-        if self.method.network_layers is not None:
-            count = len(self.method.network_layers(self.model))
-            return [f"input + {count} bias layers (whole network)"]
-        return [layer.name for layer in self.layers]
+    def compute(self, x: torch.Tensor) -> CamBatch:
+        """The maps of a preprocessed batch, computed as the run does."""
+        return self.prepared.compute(x)
 
     # ------------------------------------------------------------- streaming
 
@@ -204,15 +83,15 @@ class Explainer:
             summary.count(record)
             emit(record)
 
-        ensure_writable(self.settings.output_dir)
-        for notice in self.notices:
+        ensure_writable(self.settings.outputs.output_dir)
+        for notice in self.prepared.notices:
             self.warn(notice)
-        window = 2 * self.settings.batch_size
+        window = 2 * self.settings.run.batch_size
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gradcam-io")
         writing = OrderedResults(limit=window)
         try:
             decoded = ordered_map(pool, self._decode, self._named(sources), window)
-            for batch in self._batches(decoded):
+            for batch in self.batcher.batches(decoded, self.checkpoint):
                 for future in self._explain_batch(batch, pool):
                     writing.add(future)
                 for record in writing.ready():
@@ -236,68 +115,36 @@ class Explainer:
             self.namer.protect(source.path)
             yield source, self.namer.base_for(source.relative)
 
-    def _batches(self, items: Iterable[_Item]) -> Iterator[list[_Item]]:
-        """Decoded items, grouped so each batch holds as many images that can run as the batch size allows."""
-        batch: list[_Item] = []
-        ready = 0
-        for item in items:
-            self.checkpoint()
-            batch.append(item)
-            ready += item.error is None and not item.skipped
-            if ready >= self.batch_limit:
-                yield batch
-                batch, ready = [], 0
-        if batch:
-            yield batch
-
-    def _decode(self, named: tuple[Source, PurePath]) -> _Item:
+    def _decode(self, named: tuple[Source, PurePath]) -> Item:
         """In a worker thread: the image read and prepared for the model (or why not, or skipped)."""
         source, base = named
-        item = _Item(source, base)
+        item = Item(source, base)
         if source.error:
             item.error = source.error
             return item
         try:
             self.namer.check(base)
-            if self.settings.skip_existing:
-                item.existing = self._existing_outputs(base)
+            if self.settings.outputs.skip_existing:
+                item.existing = existing_outputs(self.namer, self.prepared.targets, base, save_raw=self.settings.outputs.save_raw,
+                                                 save_guided=self.settings.outputs.save_guided)
                 if item.skipped:
                     return item
-            item.image = load_image(source.path, self.settings.max_pixels)
+            item.image = load_image(source.path, self.settings.inputs.max_pixels)
         except InputError as error:
             item.error = str(error)
             return item
         height, width = item.image.shape[:2]
-        config = self.loaded.data_config
-        item.geometry = plan_geometry((height, width), config, crop=self.settings.crop)
+        config = self.prepared.loaded.data_config
+        item.geometry = plan_geometry((height, width), config, crop=self.settings.inputs.crop)
         item.array = to_input_array(item.image, item.geometry, config)
         return item
 
-    def _existing_outputs(self, base: PurePath) -> list[Path] | None:
-        """--skip-existing: an earlier run's overlays when every file this run would write is there whole, else None.
-
-        With --topk K the classes are known only after the forward: any K
-        classes whose files are all complete will do.
-        """
-        settings = self.settings
-        if self.targets.topk > 1 and not self.targets.classes:
-            classes: list[int | None] = self.namer.existing_classes(base)
-            wanted = self.targets.topk
-        else:
-            classes, wanted = list(self.targets.classes or [None]), len(self.targets.classes or [None])
-        complete = []
-        for index in classes:
-            paths = [p for p in self.namer.paths(base, index, settings.save_raw, settings.save_guided) if p is not None]
-            if all(is_complete(p) for p in paths):
-                complete.append(paths[0])
-        return complete[:wanted] if len(complete) >= wanted else None
-
     # ------------------------------------------------------------- one batch
 
-    def _explain_batch(self, batch: list[_Item], pool: ThreadPoolExecutor) -> list[Future[ImageRecord]]:
+    def _explain_batch(self, batch: list[Item], pool: ThreadPoolExecutor) -> list[Future[ImageRecord]]:
         """The maps of a batch computed here; each image's files written by the pool."""
-        ready = [item for item in batch if item.error is None and not item.skipped]
-        results = iter(self._compute_items(ready) if ready else [])
+        ready = [item for item in batch if item.ready]
+        results = iter(self.batcher.maps(ready) if ready else [])
         futures = []
         for item in batch:
             if item.existing is not None:
@@ -313,7 +160,7 @@ class Explainer:
             futures.append(done(self.writer.error_record(item.source.path, item.error)))
         return futures
 
-    def _finish_safely(self, item: _Item, cams: CamBatch, row: int) -> ImageRecord:
+    def _finish_safely(self, item: Item, cams: CamBatch, row: int) -> ImageRecord:
         """In a worker thread: this image's files and record; a failure becomes its error record.
 
         A folder that cannot take files any more (full disk, read-only) stops the
@@ -325,7 +172,7 @@ class Explainer:
         except OSError as error:
             if error.errno in OUTPUT_FATAL_ERRNOS:
                 raise OutputError(
-                    f"cannot write to {self.settings.output_dir}: {error.strerror or error} "
+                    f"cannot write to {self.settings.outputs.output_dir}: {error.strerror or error} "
                     "(files written so far are complete; free space or fix permissions, then re-run with --skip-existing)"
                 ) from None
             return self.writer.error_record(item.source.path, f"{item.source.path}: {error}")
@@ -334,109 +181,10 @@ class Explainer:
         finally:
             item.image = item.array = None
 
-    def _compute_items(self, items: list[_Item]) -> list[tuple[CamBatch, int] | str]:
-        """Per item its maps (batch, row), or why it failed.
 
-        A batch that runs out of device memory is split in halves, down to one
-        image, and later batches stay at the size that worked; an image that does
-        not fit alone gets an error and the rest go on.
-        """
-        import torch
-
-        try:
-            cams = self.compute(torch.from_numpy(np.stack([item.array for item in items]))).to_cpu()
-            return [(cams, row) for row in range(len(items))]
-        except Exception as error:  # noqa: BLE001 - only out-of-memory is handled, the rest goes up
-            if not is_out_of_memory(error):
-                raise
-            free_device_memory(self.device)
-        if len(items) == 1:
-            return [f"{items[0].source.path}: out of memory on {self.device} even for this image alone; "
-                    "try --precision bf16, a smaller model or --device cpu"]
-        half = len(items) // 2
-        self.batch_limit = min(self.batch_limit, half)
-        self.warn(f"out of memory on {self.device} with {len(items)} images at once; retrying with {half}")
-        return self._compute_items(items[:half]) + self._compute_items(items[half:])
-
-    def compute(self, x: torch.Tensor) -> CamBatch:
-        """The maps of a preprocessed batch (N, 3, H, W), computed as the run does (device, memory format)."""
-        import torch
-
-        from gradcam_cli.cams.engine import compute_cams
-
-        x = x.to(self.device, non_blocking=True)
-        if self.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return compute_cams(
-            self.model,
-            x,
-            self.layers,
-            self.method,
-            self.targets,
-            num_prefix_tokens=self.loaded.num_prefix_tokens,
-            grid=self.settings.grid,
-            model_name=self.loaded.name,
-            options=self.options,
-        )
-
-    def _record_context(self) -> dict[str, Any]:
-        """What every record of this run repeats, so a run can be reproduced from any line of its output."""
-        settings, options = self.settings, self.options
-        return {
-            "model": self.loaded.name,
-            "layers": self._layer_names(),
-            "method": self.method.name,
-            "device": str(self.device),
-            "settings": {
-                "preprocess": "crop" if settings.crop else "whole",
-                "relu": settings.relu,
-                "norm": str(getattr(settings.norm, "value", settings.norm)),
-                "combine": str(getattr(settings.combine, "value", settings.combine)),
-                "eigen_smooth": settings.eigen_smooth,
-                "aug_smooth": settings.aug_smooth,
-                "precision": str(options.precision or "fp32").replace("torch.", ""),
-                "pretrained": settings.pretrained and settings.weights is None,
-                "weights": str(settings.weights) if settings.weights else None,
-                "version": __version__,
-            },
-        }
-
-
-def _checked_progress(progress: ProgressFn | None, checkpoint: Callable[[], None]) -> ProgressFn:
-    """Masked forwards report after each chunk: a stop request is honoured there too, not after minutes."""
-
-    def report(what: str, done: int, total: int) -> None:
-        checkpoint()
-        if progress is not None:
-            progress(what, done, total)
-
-    return report
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 1:
-        return f"{seconds:.2f} s"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.0f} min"
-
-
-def _fit_topk(targets: TargetChoice, classes: int | None, warn: Callable[[str], None]) -> TargetChoice:
-    """--topk above the number of classes explains every class, and says so once."""
-    from gradcam_cli.cams.targets import TargetChoice
-
-    if classes is None or targets.classes or targets.topk <= classes:
-        return targets
-    warn(f"--topk {targets.topk}: the model has only {classes} classes; explaining all {classes}")
-    return TargetChoice(topk=classes)
-
-
-def _check_method_options(settings: ExplainSettings, method: CamMethod, warn: Callable[[str], None]) -> None:
-    """Options that only some methods use: refuse the impossible, say what is ignored."""
-    if settings.save_guided and not method.guided:
-        raise UsageError("--save-guided writes the guided backpropagation image; it needs --method guided-gradcam")
-    if method.network_layers is not None and settings.layers:
-        warn(f"{method.name} uses the input and every conv/batch-norm bias of the network; --layer is ignored")
-
-
-__all__ = ["ExplainSettings", "Explainer", "Summary", "GradcamError"]
+def _namer(run: PreparedRun) -> OutputNamer:
+    """Output names: a class suffix when several classes are explained, wide enough for the largest index."""
+    targets, outputs = run.targets, run.settings.outputs
+    several = bool(targets.classes) or targets.topk > 1
+    largest = max(targets.classes or [(run.num_classes or 1) - 1]) if several else None
+    return OutputNamer(outputs.output_dir, run.method.name, largest, outputs.save_raw, outputs.save_guided)

@@ -7,27 +7,25 @@ Importing it does not import torch.
 from __future__ import annotations
 
 import difflib
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
-from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from gradcam_cli.errors import UsageError
+from gradcam_cli.vocab import Method
 
 if TYPE_CHECKING:
     import torch
 
+    from gradcam_cli.extract.perturb import LayerProbe
+    from gradcam_cli.maps import NetworkGradients
 
 
 class MethodKind(str, Enum):
-    """What a method needs from the model; `cams.py` has one runner per kind.
-
-    Each kind fixes what `compute` receives and returns:
-    - GRADIENT: (activations N×C×H×W, gradients N×C×H×W) → channel contributions N×C×H×W
-    - ACTIVATION: (activations N×C×H×W, None) → channel contributions N×C×H×W; no graph built
-    - PERTURBATION: (`perturb.LayerProbe`) → channel weights N×C, from extra forwards without a graph
-    - NETWORK: (`maps.NetworkGradients`) → raw map N×H×W at the input size; target layers unused
-    """
+    """What a method needs from the model; `cams/engine.py` has one runner per kind, and each kind
+    one signature (the Protocols below) that `register_method` checks."""
 
     GRADIENT = "gradient"
     ACTIVATION = "activation"
@@ -35,10 +33,35 @@ class MethodKind(str, Enum):
     NETWORK = "network"
 
 
-CamFunction = Callable[..., "torch.Tensor"]
+class GradientCam(Protocol):
+    """GRADIENT: activations and the score's gradients, both N×C×H×W → channel contributions N×C×H×W."""
+
+    def __call__(self, activations: torch.Tensor, gradients: torch.Tensor, /) -> torch.Tensor: ...
 
 
-@dataclass(frozen=True)
+class ActivationCam(Protocol):
+    """ACTIVATION: activations N×C×H×W (no gradients: None) → channel contributions N×C×H×W."""
+
+    def __call__(self, activations: torch.Tensor, gradients: None, /) -> torch.Tensor: ...
+
+
+class PerturbationCam(Protocol):
+    """PERTURBATION: a probe that runs masked forwards → channel weights N×C."""
+
+    def __call__(self, probe: LayerProbe, /) -> torch.Tensor: ...
+
+
+class NetworkCam(Protocol):
+    """NETWORK: the gradients at the input and at every hooked layer → a raw map N×H×W."""
+
+    def __call__(self, network: NetworkGradients, /) -> torch.Tensor: ...
+
+
+CamFunction = GradientCam | ActivationCam | PerturbationCam | NetworkCam
+ARITY = {MethodKind.GRADIENT: 2, MethodKind.ACTIVATION: 2, MethodKind.PERTURBATION: 1, MethodKind.NETWORK: 1}
+
+
+@dataclass(frozen=True, kw_only=True)
 class CamMethod:
     name: str
     summary: str
@@ -49,17 +72,42 @@ class CamMethod:
     guided: bool = False  # the map is multiplied by guided backpropagation at the input
     network_layers: Callable[[Any], list[Any]] | None = None  # NETWORK kind: model → the ResolvedLayers to hook
 
+    def gradient_cam(self) -> GradientCam:
+        return cast(GradientCam, self._of(MethodKind.GRADIENT))
+
+    def activation_cam(self) -> ActivationCam:
+        return cast(ActivationCam, self._of(MethodKind.ACTIVATION))
+
+    def perturbation_cam(self) -> PerturbationCam:
+        return cast(PerturbationCam, self._of(MethodKind.PERTURBATION))
+
+    def network_cam(self) -> NetworkCam:
+        return cast(NetworkCam, self._of(MethodKind.NETWORK))
+
+    def _of(self, kind: MethodKind) -> CamFunction:
+        """The compute function, typed by its kind: a runner can only call a method of its own kind."""
+        if self.kind is not kind:
+            raise TypeError(f"{self.name} is a {self.kind.value} method, not {kind.value}")
+        return self.compute
+
 
 METHODS: dict[str, CamMethod] = {}
 
 
-def register_method(name: str, *, summary: str, passes: str, **flags: Any) -> Callable[[CamFunction], CamFunction]:
+Function = TypeVar("Function", bound=Callable[..., Any])
+
+
+def register_method(name: str, *, summary: str, passes: str, **flags: Any) -> Callable[[Function], Function]:
     """Decorator: add a CAM function to the registry under its CLI name (flags: kind, projection, guided)."""
 
-    def add(function: CamFunction) -> CamFunction:
-        if name in METHODS:
-            raise ValueError(f"CAM method '{name}' registered twice")
-        METHODS[name] = CamMethod(name, summary, passes, function, **flags)
+    def add(function: Function) -> Function:
+        if name in METHODS or name not in {m.value for m in Method}:
+            raise TypeError(f"CAM method '{name}': registered twice, or not in vocab.Method")
+        method = CamMethod(name=name, summary=summary, passes=passes, compute=function, **flags)
+        wanted = ARITY[method.kind]
+        if len(inspect.signature(function).parameters) != wanted:
+            raise TypeError(f"CAM method '{name}' ({method.kind.value}) must take {wanted} positional argument(s)")
+        METHODS[name] = method
         return function
 
     return add

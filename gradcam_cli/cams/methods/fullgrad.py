@@ -57,11 +57,16 @@ def implicit_bias(module: nn.Module) -> torch.Tensor:
     """The per-channel bias a layer adds, whatever its input (eval-mode batch norm folds its statistics in)."""
     from torch import nn
 
+    import torch
+
+    bias = module.bias
+    if not isinstance(bias, torch.Tensor):
+        raise TypeError(f"{type(module).__name__} has no bias; bias_layers() picks only layers that have one")
     if isinstance(module, nn.BatchNorm2d):
-        assert module.running_mean is not None and module.running_var is not None
-        return module.bias - module.running_mean * module.weight / (module.running_var + module.eps).sqrt()
-    assert module.bias is not None
-    return module.bias
+        if module.running_mean is None or module.running_var is None:
+            raise TypeError("a BatchNorm2d without running statistics has no fixed bias")
+        return bias - module.running_mean * module.weight / (module.running_var + module.eps).sqrt()
+    return bias
 
 
 def scale_channels(maps: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,206 @@
+"""`gradcam explain`: its options come from the one table (settings.OPTIONS); then a run, reported as it goes.
+
+The command's signature is built from the table, so a flag, its help, its
+default and its preset key cannot drift apart. Named inputs are scanned before
+the model loads (a run of only bad paths fails at once), signals become stop
+requests, and the records go to the console as they come.
+"""
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gradcam_cli.cli.console import Reporter, Streams, progress_line
+from gradcam_cli.cli.signals import StopRequests
+from gradcam_cli.errors import ExitCode, GradcamError, UsageError, printable
+from gradcam_cli.settings import OPTIONS, ExplainSettings, Option, build_settings
+
+CLI_ONLY = ("inputs", "json_lines", "config", "quiet")  # how to run, not what: no preset key, not in the settings
+
+
+def explain(ctx: typer.Context, **given: Any) -> int:
+    """Write heat-map overlays showing what the model looks at for each image."""
+    inputs, json_lines, config, quiet = (given.pop(name) for name in CLI_ONLY)
+    values = _merge_preset(ctx, given, Path(config) if config else None)
+    if not inputs:
+        raise UsageError("no input given; name images, folders, globs or - for paths on stdin")
+    settings = build_settings(values)
+    return _run_explain(settings, inputs, command_streams(ctx), json_lines, quiet)
+
+
+def command_streams(ctx: typer.Context) -> Streams:
+    """The streams `main` was given (tests pass their own), else the process's."""
+    return ctx.obj if isinstance(ctx.obj, Streams) else Streams.current()
+
+
+def _parameter(option: Option) -> inspect.Parameter:
+    """One option of the table as typer reads a parameter: its type and its click declaration."""
+    if option.kind is list:
+        kind: Any = list[str] | None
+    elif option.kind in (bool, int, float):
+        kind = option.kind if option.default is not None else option.kind | None
+    else:
+        kind = str | None if option.default is None else str
+    if not option.flags:
+        spec = typer.Argument(help=option.help, show_default=False)
+    elif option.choices is not None:
+        shown = option.metavar or f"<{'|'.join(option.choices)}>"
+        spec = typer.Option(*option.flags, parser=_choice_parser(option.flag, option.choices), metavar=shown, help=option.help)
+    else:
+        spec = typer.Option(*option.flags, help=option.help, show_default=option.default is not None)
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default,
+                             annotation=Annotated[kind, spec])
+
+
+def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Path | None) -> dict[str, Any]:
+    """Command-line values win; a preset fills what was left at its default."""
+    if config is None:
+        return given
+    from gradcam_cli.cli.presets import load_preset
+
+    preset = load_preset(config)
+    merged = dict(given)
+    for name, value in preset.items():
+        # compared by name: typer may ship its own copy of click's ParameterSource
+        source = getattr(ctx.get_parameter_source(name), "name", "DEFAULT")
+        if source not in ("COMMANDLINE", "ENVIRONMENT"):
+            merged[name] = value
+    return merged
+
+
+class _UnknownChoice(GradcamError):
+    """A flag's value outside its choices. Not a ValueError: click would wrap that in its own "Invalid value" words."""
+
+
+def _unknown_choice(option: str, value: str, names: list[str]) -> GradcamError:
+    close = difflib.get_close_matches(value, names, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return _UnknownChoice(f"{option} '{value}' is unknown; use one of {', '.join(names)}{hint}")
+
+
+def _choice_parser(option: str, names: Any) -> Any:
+    """A parser for a fixed set of values; refuses with one plain line (typer's own says "Value error, ...")."""
+    def parse(value: Any) -> str:
+        text = str(getattr(value, "value", value))
+        known = list(names)
+        if text.strip().lower() in known:
+            return text.strip().lower()
+        raise _unknown_choice(option, text, known)
+
+    return parse
+
+
+def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams, json_lines: bool | None, quiet: bool) -> int:
+    """Named inputs checked first (no model load when none holds an image), then the run, reported as it goes."""
+    from gradcam_cli.inputs.sources import named_files
+
+    as_json = (not streams.stdout_tty) if json_lines is None else json_lines
+    with StopRequests() as stops:  # the signal handling and the progress line cover the model's loading too
+        scan = _scan_named(inputs, streams, settings) if "-" not in inputs else None
+        if scan is not None and not scan.images:
+            return _nothing_to_explain(scan, Reporter(streams, as_json, None))
+        reporter = Reporter(streams, as_json, progress_line(streams, quiet, scan.total if scan else None))
+        try:
+            from gradcam_cli.run.pipeline import Explainer  # torch and the engine: only once there is an image to explain
+
+            if scan is not None:
+                scan.tell(reporter.warn)
+            explainer = Explainer(settings, warn=reporter.warn, checkpoint=stops.checkpoint,
+                                  progress=reporter.progress.detail if reporter.progress else None)
+            if reporter.progress:
+                reporter.progress.loaded()
+            for path in named_files(inputs, settings.outputs.output_dir):  # known before any output is written
+                explainer.namer.protect(path)
+            sources = _sources(inputs, streams, settings, notice=None if scan else reporter.warn)
+            with stops.deferred():  # while images stream, a signal stops the run at the engine's next checkpoint
+                summary = explainer.run(stops.at_once(sources), reporter.record)
+        finally:
+            reporter.close()
+    return _finish(summary, settings, streams, quiet)
+
+
+def _sources(inputs: list[str], streams: Streams, settings: ExplainSettings, notice: Any) -> Iterator[Any]:
+    from gradcam_cli.inputs.sources import iter_sources
+
+    return iter_sources(inputs, streams.stdin, settings.inputs.recursive, skip=settings.outputs.output_dir, notice=notice)
+
+
+@dataclass
+class _Scan:
+    """The named inputs expanded once, before the model loads."""
+
+    total: int = 0  # sources, failed ones included: the records the run will give
+    failed: int = 0
+    problems: list[Any] = field(default_factory=list)  # in input order: error sources, and lines about empty inputs
+    notices: dict[str, None] = field(default_factory=dict)  # the scanner's remarks, each said once
+
+    @property
+    def images(self) -> int:
+        return self.total - self.failed
+
+    def note(self, message: str) -> None:
+        self.notices.setdefault(message, None)
+
+    def tell(self, warn: Any, failed: Any = None) -> None:
+        """The scanner's remarks, then the problems in input order: the empty inputs as lines, the
+        error sources to `failed` (None before a run: the run gives them their records)."""
+        for message in self.notices:
+            warn(message)
+        for problem in self.problems:
+            if isinstance(problem, str):
+                warn(problem)
+            elif failed is not None:
+                failed(problem)
+
+
+def _scan_named(inputs: list[str], streams: Streams, settings: ExplainSettings) -> _Scan:
+    """Count what the named files, folders and globs hold: the progress bar's total, and an early no (a folder scan is cheap)."""
+    scan = _Scan()
+    for text in inputs:
+        count = 0
+        for source in _sources([text], streams, settings, notice=scan.note):
+            count += 1
+            if source.error:
+                scan.failed += 1
+                scan.problems.append(source)
+        scan.total += count
+        if not count:
+            kind = "in this folder" if Path(text).is_dir() else "matches"
+            scan.problems.append(f"{printable(text)}: no image file {kind}")
+    return scan
+
+
+def _nothing_to_explain(scan: _Scan, reporter: Reporter) -> int:
+    """No named input holds an image: each says why at once and the model is not loaded.
+
+    Exit 1, as the same run gives after loading when every input fails: the
+    inputs failed, the options (exit 2) were fine.
+    """
+    scan.tell(reporter.warn, reporter.failed_input)
+    return ExitCode.SOME_INPUTS_FAILED
+
+
+def _finish(summary: Any, settings: ExplainSettings, streams: Streams, quiet: bool) -> int:
+    if summary.total == 0:
+        streams.warn("no image found in the inputs (folders are scanned for image files; add -r to recurse)")
+        return ExitCode.SOME_INPUTS_FAILED
+    if not quiet:
+        blank = f", {summary.blank} with a blank map" if summary.blank else ""
+        failed = f", {summary.failed} failed" if summary.failed else ""
+        skipped = f", {summary.skipped} skipped (outputs exist)" if summary.skipped else ""
+        streams.warn(
+            f"explained {summary.done} of {summary.total} images{skipped}{failed}{blank}; overlays in {settings.outputs.output_dir}/"
+        )
+    return ExitCode.SOME_INPUTS_FAILED if summary.failed else ExitCode.OK
+
+
+explain.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # what typer reads: the table's options
+    [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+     *(_parameter(option) for option in OPTIONS)]
+)

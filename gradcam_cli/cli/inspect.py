@@ -1,0 +1,63 @@
+"""`gradcam layers` and `gradcam methods`: what a user looks up before choosing a --layer and a --method."""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+
+from gradcam_cli.cli.console import write_line
+from gradcam_cli.cli.explain import command_streams
+from gradcam_cli.errors import ExitCode
+
+
+def layers(
+    ctx: typer.Context,
+    model: Annotated[str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:).")],
+    depth: Annotated[int | None, typer.Option("--depth", "-d", help="Show modules down to this depth.", min=0)] = None,
+    filter_text: Annotated[str | None, typer.Option("--filter", "-f", help="Only modules whose name or type contains this.")] = None,
+    json_lines: Annotated[bool, typer.Option("--json", help="One JSON record per module.")] = False,
+) -> int:
+    """Print the module tree with output shapes and layouts; the default target is marked."""
+    from gradcam_cli.layers.defaults import default_layer_paths
+    from gradcam_cli.layers.paths import resolve_layers
+    from gradcam_cli.layers.tree import layer_rows
+    from gradcam_cli.model.data_config import default_input_hw
+    from gradcam_cli.model.load import build_model, num_prefix_tokens
+
+    net, source, arch = build_model(model, pretrained=False)
+    net.eval()
+    defaults = [layer.name for layer in resolve_layers(net, default_layer_paths(net, arch, source), model)]
+    input_hw = default_input_hw(net)
+    rows = layer_rows(net, input_hw, defaults, num_prefix_tokens(net, source, arch))
+    streams = command_streams(ctx)
+    needle = (filter_text or "").lower()
+    for row in rows:
+        if depth is not None and row.depth > depth:
+            continue
+        if needle and needle not in row.name.lower() and needle not in row.type_name.lower():
+            continue
+        write_line(streams.stdout, _layer_line(row, json_lines))
+    if not json_lines:
+        write_line(streams.stderr, f"# input {input_hw[0]}x{input_hw[1]}; default target: {', '.join(defaults)} (marked *)")
+    return ExitCode.OK
+
+
+def _layer_line(row: Any, as_json: bool) -> str:
+    if as_json:
+        return json.dumps({"name": row.name, "type": row.type_name, "shape": row.shape, "layout": row.layout, "default": row.is_default})
+    indent = "  " * max(row.depth - 1, 0)
+    shape = "x".join(str(s) for s in row.shape) if row.shape else "-"
+    mark = "*" if row.is_default else " "
+    layout = f"  [{row.layout}]" if row.layout else ""
+    return f"{mark} {indent}{row.name}  {row.type_name}  {shape}{layout}"
+
+
+def methods(ctx: typer.Context) -> int:
+    """List the CAM methods: what each is good for and what it costs."""
+    from gradcam_cli.cams.methods import METHODS
+
+    width = max(len(name) for name in METHODS)
+    for method in METHODS.values():
+        write_line(command_streams(ctx).stdout, f"{method.name:<{width}}  {method.summary} [{method.passes}]")
+    return ExitCode.OK

@@ -1,0 +1,79 @@
+"""The module tree for `gradcam layers`: every module's output shape and layout in one probe."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from collections.abc import Callable
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+def probe_shapes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple[int, ...]]:
+    """Output shape of every module in one no-grad forward, in the order modules last finished."""
+    import torch
+
+    from gradcam_cli.model.state import eval_mode, first_tensor
+
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def hook_for(name: str) -> Callable[..., None]:
+        def hook(_m: nn.Module, _i: object, out: object) -> None:
+            tensor = first_tensor(out)
+            if tensor is not None:
+                shapes.pop(name, None)  # re-insert: a reused module counts at its last call
+                shapes[name] = tuple(tensor.shape)
+
+        return hook
+
+    handles = [module.register_forward_hook(hook_for(name)) for name, module in model.named_modules()]
+    try:
+        with eval_mode(model), torch.no_grad():
+            model(torch.zeros(1, 3, *input_hw))
+    finally:
+        for handle in handles:
+            handle.remove()
+    return shapes
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One module in `gradcam layers`: where it is, what it outputs, whether it is the default."""
+
+    name: str
+    type_name: str
+    depth: int
+    shape: tuple[int, ...] | None
+    layout: str | None
+    is_default: bool
+
+
+def layer_rows(
+    model: nn.Module,
+    input_hw: tuple[int, int],
+    default_names: list[str],
+    num_prefix_tokens: int | None = None,
+) -> list[LayerRow]:
+    """Every module with the output shape and layout seen in one probe forward.
+
+    Layouts are read as a run reads them (same hints, patch grid included),
+    so the table shows the grid `explain` will use.
+    """
+    from gradcam_cli.errors import LayoutError
+    from gradcam_cli.layout import LayoutHints, channels_dim_hint, detect_layout, patch_grid
+
+    shapes = probe_shapes(model, input_hw)
+    patches = patch_grid(model, input_hw)
+    rows = []
+    for name, module in model.named_modules():
+        shape = shapes.get(name)
+        layout = None
+        if shape is not None and len(shape) in (3, 4) and name:
+            try:
+                hints = LayoutHints(num_prefix_tokens, None, channels_dim_hint(module), patches)
+                layout = detect_layout(shape, input_hw, hints).describe()
+            except LayoutError:
+                layout = "?"
+        depth = name.count(".") + 1 if name else 0
+        rows.append(LayerRow(name or "(model)", type(module).__name__, depth, shape, layout, name in default_names))
+    return rows

@@ -1,0 +1,38 @@
+"""A model's own preprocessing and input size, as the hubs describe them.
+
+Its own module so that the hubs can build one without importing the loader
+that imports them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import nn
+
+DEFAULT_INPUT_HW = (224, 224)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The model's own preprocessing (timm data config or torchvision weights' transforms)."""
+
+    input_hw: tuple[int, int]
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    interpolation: str = "bilinear"
+    crop_pct: float = 1.0
+    crop_mode: str = "center"
+
+
+def default_input_hw(model: nn.Module) -> tuple[int, int]:
+    """The input size the model was made for; used for probes."""
+    cfg = getattr(model, "pretrained_cfg", None) or {}
+    size = cfg.get("input_size")
+    if size and len(size) == 3:
+        return int(size[1]), int(size[2])
+    image_size = getattr(model, "image_size", None)  # torchvision ViT
+    if isinstance(image_size, int):
+        return image_size, image_size
+    return DEFAULT_INPUT_HW

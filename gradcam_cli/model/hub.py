@@ -1,0 +1,62 @@
+"""Model hubs: what a library that provides models must tell, and the registry of them.
+
+A hub turns a model name into a network and knows that network's facts: its
+preprocessing, class names, where its weights come from, its default target
+layer. The loader and the layer defaults ask the hub and never branch on
+which one it is; a new hub is one module with a ModelSource plus one line in
+SOURCES.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from gradcam_cli.model.timm_hub import TIMM
+from gradcam_cli.model.torchvision_hub import TORCHVISION
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from gradcam_cli.model.data_config import DataConfig
+
+
+class ModelSource(Protocol):
+    """A library that builds models by name (timm, torchvision, ...).
+
+    Methods import their library when called, so that listing the hubs costs
+    no torch import (`gradcam --help` stays fast).
+    """
+
+    name: str  # short and stable: "timm", "torchvision"
+
+    def arch_of(self, name: str) -> str | None:
+        """The architecture this hub reads in a model name as the user gave it, or None: not this hub's."""
+
+    def downloads(self, arch: str, pretrained: bool) -> bool:
+        """Whether building reaches for the network, so the download is planned and the libraries kept quiet."""
+
+    def build(self, arch: str, pretrained: bool, num_classes: int | None) -> nn.Module:
+        """The network; num_classes None keeps the hub's own head. UsageError for an unknown arch."""
+
+    def weights_location(self, arch: str) -> tuple[str, str] | None:
+        """('hf', Hugging Face endpoint) or ('url', download URL) of the pretrained weights; None: no request."""
+
+    def data_config(self, model: nn.Module, arch: str) -> DataConfig:
+        """The preprocessing the model's weights expect: input size, mean, std, interpolation, crop."""
+
+    def class_names(self, model: nn.Module, arch: str, num_classes: int) -> list[str] | None:
+        """Class names from the hub's metadata (ImageNet heads), when the head fits them; else None."""
+
+    def default_layer(self, model: nn.Module, arch: str) -> str | None:
+        """The dotted path of the default target layer for models of this hub's look, or None: no opinion."""
+
+    def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
+        """Prefix tokens (class, distillation, register) the family prepends when the module does not say."""
+
+
+# Asked in order; timm is last because it reads every name (its own, hf-hub:).
+SOURCES: tuple[ModelSource, ...] = (TORCHVISION, TIMM)
+
+
+def source_for(name: str) -> tuple[ModelSource, str]:
+    """The first hub that recognises the model name, and the architecture it reads in it."""
+    return next((source, arch) for source in SOURCES if (arch := source.arch_of(name)) is not None)

@@ -1,0 +1,120 @@
+"""torchvision as a model hub: 'torchvision:ARCH' names its classification models.
+
+torchvision's weights enums carry the download URL, the transforms and the
+ImageNet categories; its modules carry no description of their own, so the
+default target layers are a table of families here.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gradcam_cli.errors import UsageError
+from gradcam_cli.model.data_config import DataConfig, default_input_hw
+from gradcam_cli.model.messages import closest
+
+if TYPE_CHECKING:
+    from torch import nn
+
+PREFIX = "torchvision:"
+
+# torchvision families whose last spatial map is not found by the generic rule
+# (or where the generic rule picks a worse layer); first matching prefix wins.
+DEFAULT_LAYERS: tuple[tuple[str, str], ...] = (
+    ("vit_", "encoder.layers.-1.ln_1"),
+    ("swin_", "features.-1"),
+    ("maxvit_", "blocks.-1"),
+    ("resnet", "layer4"),
+    ("resnext", "layer4"),
+    ("wide_resnet", "layer4"),
+    ("regnet_", "trunk_output"),
+    ("vgg", "features"),
+    ("alexnet", "features"),
+    ("densenet", "features"),
+    ("squeezenet", "features"),
+    ("mobilenet_", "features.-1"),
+    ("efficientnet_", "features.-1"),
+    ("convnext_", "features.-1"),
+    ("mnasnet", "layers.-1"),
+    ("shufflenet_", "conv5"),
+    ("googlenet", "inception5b"),
+    ("inception_v3", "Mixed_7c"),
+)
+
+
+class TorchvisionHub:
+    """The models of torchvision.models, named with the 'torchvision:' prefix."""
+
+    name = "torchvision"
+
+    def arch_of(self, name: str) -> str | None:
+        """'torchvision:resnet50' → 'resnet50'; names without the prefix are another hub's."""
+        return name[len(PREFIX) :] if name.startswith(PREFIX) else None
+
+    def downloads(self, arch: str, pretrained: bool) -> bool:
+        """Only pretrained weights are fetched: the architectures ship with torchvision."""
+        return pretrained
+
+    def build(self, arch: str, pretrained: bool, num_classes: int | None) -> nn.Module:
+        """torchvision.models.get_model with the DEFAULT weights, after a check that names close matches."""
+        import torchvision
+
+        names = list(torchvision.models.list_models(module=torchvision.models))
+        if arch not in names:
+            raise UsageError(
+                f"unknown torchvision model '{arch}'{closest(arch, names)}; "
+                "torchvision classification models are listed by torchvision.models.list_models()"
+            )
+        kwargs = {} if num_classes is None else {"num_classes": num_classes}
+        return torchvision.models.get_model(arch, weights="DEFAULT" if pretrained else None, **kwargs)
+
+    def weights_location(self, arch: str) -> tuple[str, str] | None:
+        """('url', the DEFAULT weights' URL): torch.hub downloads it; None when there are none."""
+        url = getattr(_weights(arch), "url", None)
+        return ("url", url) if url else None
+
+    def data_config(self, model: nn.Module, arch: str) -> DataConfig:
+        """The DEFAULT weights' transforms; the ImageNet statistics at the model's size without them."""
+        weights = _weights(arch)
+        if weights is None:
+            h, w = default_input_hw(model)
+            return DataConfig((h, w), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+        t = weights.transforms()
+        crop = int(t.crop_size[0])
+        resize = int(t.resize_size[0])
+        return DataConfig(
+            input_hw=(crop, crop),
+            mean=tuple(float(v) for v in t.mean),  # type: ignore[arg-type]
+            std=tuple(float(v) for v in t.std),  # type: ignore[arg-type]
+            interpolation=str(getattr(t.interpolation, "value", t.interpolation)),
+            crop_pct=crop / resize,
+        )
+
+    def class_names(self, model: nn.Module, arch: str, num_classes: int) -> list[str] | None:
+        """The DEFAULT weights' categories, when the head has as many outputs."""
+        weights = _weights(arch)
+        categories = weights.meta.get("categories") if weights is not None else None
+        return list(categories) if categories and len(categories) == num_classes else None
+
+    def default_layer(self, model: nn.Module, arch: str) -> str | None:
+        """The family table: first matching architecture prefix wins."""
+        for prefix, path in DEFAULT_LAYERS:
+            if arch.startswith(prefix):
+                return path
+        return None
+
+    def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
+        """torchvision's ViT prepends one class token and does not say so on the module."""
+        return 1 if arch.startswith("vit_") else None
+
+
+def _weights(arch: str) -> Any:
+    """The architecture's DEFAULT weights enum member, or None when it has none."""
+    from torchvision.models import get_model_weights
+
+    try:
+        return get_model_weights(arch).DEFAULT
+    except (ValueError, AttributeError, KeyError):
+        return None
+
+
+TORCHVISION = TorchvisionHub()

@@ -1,0 +1,167 @@
+"""Building a run: the model once, its layers, the method, the classes, the device; and one batch's maps.
+
+Everything here happens before the first image is read, so a bad option,
+layer or model stops the run before any file is written. `benchmarks/speed.py`
+prepares its runs with `prepare_run` too: what it times is what the CLI runs.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradcam_cli import __version__
+from gradcam_cli.cams.engine import compute_cams
+from gradcam_cli.cams.methods import CamMethod, MethodKind, get_method
+from gradcam_cli.cams.targets import TargetChoice, target_choice
+from gradcam_cli.errors import UsageError
+from gradcam_cli.extract.perturb import measure_cost
+from gradcam_cli.layers.defaults import default_layer_paths
+from gradcam_cli.layers.paths import ResolvedLayer, resolve_layers
+from gradcam_cli.maps import CamBatch, CamOptions, ProgressFn
+from gradcam_cli.model import load as model_load
+from gradcam_cli.model.device import place_model, resolve_device, resolve_precision
+from gradcam_cli.settings import ExplainSettings
+
+NO_PRETRAINED = ("--no-pretrained: random (seeded) weights; the classes and maps mean nothing "
+                 "(useful only to try the tool or a layer path)")
+
+
+@dataclass(kw_only=True)
+class PreparedRun:
+    """What every batch of a run shares: the placed model, its layers, the method, the classes, the options."""
+
+    settings: ExplainSettings
+    loaded: model_load.LoadedModel
+    method: CamMethod
+    layers: list[ResolvedLayer]
+    targets: TargetChoice
+    device: torch.device
+    options: CamOptions
+    channels_last: bool
+    notices: list[str] = field(default_factory=list)  # said once when the run starts, after every check has passed
+
+    @property
+    def model(self) -> nn.Module:
+        return self.loaded.model
+
+    @property
+    def num_classes(self) -> int | None:
+        return model_load.num_outputs(self.model)
+
+    def compute(self, x: torch.Tensor) -> CamBatch:
+        """The maps of a preprocessed batch (N, 3, H, W), computed as the run does (device, memory format)."""
+        x = x.to(self.device, non_blocking=True)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return compute_cams(self.model, x, self.layers, self.method, self.targets, options=self.options,
+                            num_prefix_tokens=self.loaded.num_prefix_tokens, grid=self.settings.target.grid,
+                            model_name=self.loaded.name)
+
+    def layer_names(self) -> list[str]:
+        """The layers the maps come from, as the records report them."""
+        if self.method.network_layers is not None:
+            count = len(self.method.network_layers(self.model))
+            return [f"input + {count} bias layers (whole network)"]
+        return [layer.name for layer in self.layers]
+
+    def record_context(self) -> dict[str, Any]:
+        """What every record of this run repeats, so a run can be reproduced from any line of its output."""
+        settings, maps = self.settings, self.settings.maps
+        return {
+            "model": self.loaded.name,
+            "layers": self.layer_names(),
+            "method": self.method.name,
+            "device": str(self.device),
+            "settings": {
+                "preprocess": "crop" if settings.inputs.crop else "whole",
+                "relu": maps.relu,
+                "norm": str(maps.norm.value),
+                "combine": str(maps.combine.value),
+                "eigen_smooth": maps.eigen_smooth,
+                "aug_smooth": maps.aug_smooth,
+                "precision": str(self.options.precision or "fp32").replace("torch.", ""),
+                "pretrained": settings.model.pretrained and settings.model.weights is None,
+                "weights": str(settings.model.weights) if settings.model.weights else None,
+                "version": __version__,
+            },
+        }
+
+
+def prepare_run(settings: ExplainSettings, *, warn: Callable[[str], None] = lambda _m: None,
+                progress: ProgressFn | None = None, checkpoint: Callable[[], None] = lambda: None) -> PreparedRun:
+    """Check the method's options, build and place the model, resolve its layers and the classes to explain."""
+    method = get_method(settings.target.method)
+    _check_method_options(settings, method, warn)
+    device = resolve_device(settings.run.device)
+    maps = settings.maps
+    options = CamOptions(maps.relu, maps.norm, maps.combine, maps.eigen_smooth, maps.aug_smooth, maps.cam_batch_size,
+                         resolve_precision(settings.run.precision, device), _checked_progress(progress, checkpoint))
+    model = settings.model
+    loaded = model_load.load_model(model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels)
+    paths = list(settings.target.layers) or default_layer_paths(loaded.model, loaded.arch, loaded.source)
+    layers = resolve_layers(loaded.model, paths, loaded.name)
+    notices: list[str] = []
+    targets = _fit_topk(target_choice(settings.target.classes, settings.target.topk, loaded.class_names),
+                        model_load.num_outputs(loaded.model), notices.append)
+    if not model.pretrained and model.weights is None:
+        notices.append(NO_PRETRAINED)
+    prepared = PreparedRun(settings=settings, loaded=loaded, method=method, layers=layers, targets=targets,
+                           device=device, options=options, channels_last=place_model(loaded.model, device),
+                           notices=notices)
+    if method.kind == MethodKind.PERTURBATION:
+        notices.append(_perturbation_cost(prepared))
+    return prepared
+
+
+def _perturbation_cost(run: PreparedRun) -> str:
+    """scorecam and ablationcam run one forward per channel of the layer: say what that costs, before it does."""
+    chunk = min(run.settings.maps.cam_batch_size, 8)
+    x = torch.zeros(chunk, 3, *run.loaded.data_config.input_hw, device=run.device)
+    if run.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    cost = measure_cost(run.model, run.layers, x)
+    layers = ", ".join(f"{name}: {count:,} channels" for name, count in cost.channels.items())
+    return (
+        f"{run.method.name} runs {cost.forwards_per_image:,} masked forwards per image ({layers}), about "
+        f"{_duration(cost.seconds_per_image)} per image on {run.device}; cheaper: --method gradcam "
+        "(one backward), a --layer with fewer channels, or a GPU"
+    )
+
+
+def _checked_progress(progress: ProgressFn | None, checkpoint: Callable[[], None]) -> ProgressFn:
+    """Masked forwards report after each chunk: a stop request is honoured there too, not after minutes."""
+
+    def report(what: str, done: int, total: int) -> None:
+        checkpoint()
+        if progress is not None:
+            progress(what, done, total)
+
+    return report
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds:.2f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min"
+
+
+def _fit_topk(targets: TargetChoice, classes: int | None, warn: Callable[[str], None]) -> TargetChoice:
+    """--topk above the number of classes explains every class, and says so once."""
+    if classes is None or targets.classes or targets.topk <= classes:
+        return targets
+    warn(f"--topk {targets.topk}: the model has only {classes} classes; explaining all {classes}")
+    return TargetChoice(topk=classes)
+
+
+def _check_method_options(settings: ExplainSettings, method: CamMethod, warn: Callable[[str], None]) -> None:
+    """Options that only some methods use: refuse the impossible, say what is ignored."""
+    if settings.outputs.save_guided and not method.guided:
+        raise UsageError("--save-guided writes the guided backpropagation image; it needs --method guided-gradcam")
+    if method.network_layers is not None and settings.target.layers:
+        warn(f"{method.name} uses the input and every conv/batch-norm bias of the network; --layer is ignored")

@@ -1,0 +1,28 @@
+"""--skip-existing: which inputs an earlier run already finished, judged by the files alone."""
+from __future__ import annotations
+
+from pathlib import Path, PurePath
+
+from gradcam_cli.cams.targets import TargetChoice
+from gradcam_cli.outputs.files import is_complete
+from gradcam_cli.outputs.naming import OutputNamer
+
+
+def existing_outputs(namer: OutputNamer, targets: TargetChoice, base: PurePath, *, save_raw: bool,
+                     save_guided: bool) -> list[Path] | None:
+    """An earlier run's overlays when every file this run would write is there whole, else None.
+
+    With --topk K the classes are known only after the forward: any K
+    classes whose files are all complete will do.
+    """
+    if targets.topk > 1 and not targets.classes:
+        classes: list[int | None] = list(namer.existing_classes(base))
+        wanted = targets.topk
+    else:
+        classes, wanted = list(targets.classes or [None]), len(targets.classes or [None])
+    complete = []
+    for index in classes:
+        paths = [p for p in namer.paths(base, index, save_raw, save_guided) if p is not None]
+        if all(is_complete(p) for p in paths):
+            complete.append(paths[0])
+    return complete[:wanted] if len(complete) >= wanted else None

@@ -1,0 +1,26 @@
+"""The counts of a run, kept the same way by the engine and by the progress line, so the two always agree."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gradcam_cli.outputs.records import ImageRecord
+
+
+@dataclass
+class Summary:
+    done: int = 0
+    failed: int = 0
+    blank: int = 0
+    skipped: int = 0  # --skip-existing: all outputs were there already
+
+    @property
+    def total(self) -> int:
+        return self.done + self.failed + self.skipped
+
+    def count(self, record: ImageRecord) -> None:
+        if record.skipped:
+            self.skipped += 1
+        else:
+            self.done += record.ok
+            self.failed += not record.ok
+        self.blank += any(target.blank for target in record.targets)

@@ -1,0 +1,317 @@
+"""What a run of `gradcam explain` is told: the one option table and the settings built from it.
+
+Every option is written once, in `OPTIONS`: its flags, default, help, README
+text, preset key, kind and checks. The command's flags (cli/explain.py), the
+preset keys and their converters (cli/presets.py), the README's option table
+and preset key list (`markdown_table`, `preset_keys`, checked by tests) all
+derive from it, and `build_settings` checks a value the same way whether it
+came from a flag or a preset. Torch-free: the CLI imports it before the engine.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from gradcam_cli.errors import UsageError
+from gradcam_cli.vocab import Colormap, Combine, Method, Norm, Precision, values
+
+DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSettings:
+    name: str
+    pretrained: bool = True
+    weights: Path | None = None
+    labels: Path | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetSettings:
+    layers: tuple[str, ...] = ()
+    method: Method = Method.gradcam
+    classes: tuple[str, ...] = ()
+    topk: int = 1
+    grid: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class MapSettings:
+    relu: bool = True
+    norm: Norm = Norm.minmax
+    combine: Combine = Combine.mean
+    eigen_smooth: bool = False
+    aug_smooth: bool = False
+    cam_batch_size: int = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputSettings:
+    recursive: bool = False
+    crop: bool = False
+    max_pixels: int = DEFAULT_MAX_PIXELS
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputSettings:
+    output_dir: Path = Path("gradcam_out")
+    colormap: Colormap = Colormap.jet
+    alpha: float = 0.5
+    save_raw: bool = False
+    save_guided: bool = False
+    skip_existing: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    batch_size: int = 8
+    device: str = "auto"
+    precision: Precision = Precision.auto
+    workers: int = 0  # decode/write threads; 0 = automatic
+
+
+GROUPS: dict[str, type] = {"model": ModelSettings, "target": TargetSettings, "maps": MapSettings,
+                           "inputs": InputSettings, "outputs": OutputSettings, "run": RunSettings}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExplainSettings:
+    """Everything a run needs, in groups by concern; built by `build_settings` from flags, a preset and defaults."""
+
+    model: ModelSettings
+    target: TargetSettings = field(default_factory=TargetSettings)
+    maps: MapSettings = field(default_factory=MapSettings)
+    inputs: InputSettings = field(default_factory=InputSettings)
+    outputs: OutputSettings = field(default_factory=OutputSettings)
+    run: RunSettings = field(default_factory=RunSettings)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """One option of `gradcam explain`: how it is spelled, checked, documented and where it lands."""
+
+    name: str  # the explain parameter and the preset key
+    flags: tuple[str, ...]  # long flag first; "--on/--off" for a switch pair
+    kind: type  # bool, int, float, str, Path, list (repeatable), or an Enum of choices
+    default: Any
+    help: str  # one line for --help
+    doc: str = ""  # the README's words, when --help's line is not enough
+    group: str | None = None  # where it lands in ExplainSettings; None: the command line's own
+    field: str = ""  # the field in its group, when not `name`
+    metavar: str = ""  # what the value is called in the README (and --help for free text)
+    aliases: tuple[str, ...] = ()  # further preset keys meaning the same
+    minimum: float | None = None
+    maximum: float | None = None
+    minimum_meaning: str = ""  # what the smallest value does, when it is special (`0 = automatic`)
+    path: bool = False  # a file or folder: in a preset, relative to the preset's own folder
+    convert: Callable[[str], Any] | None = None
+
+    @property
+    def flag(self) -> str:
+        return self.flags[0].split("/")[0] if self.flags else self.metavar
+
+    @property
+    def preset(self) -> bool:
+        return self.group is not None
+
+    @property
+    def choices(self) -> list[str] | None:
+        return values(self.kind) if isinstance(self.kind, type) and issubclass(self.kind, Enum) else None
+
+
+def parse_grid(text: str) -> tuple[int, int]:
+    """`14x14` or `14` → (14, 14): the rows and columns of a layer's tokens."""
+    parts = text.lower().replace("×", "x").split("x")
+    try:
+        sizes = [int(p) for p in parts]
+    except ValueError:
+        sizes = []
+    if len(sizes) == 1:
+        sizes = sizes * 2
+    if len(sizes) != 2 or min(sizes) < 1:
+        raise UsageError(f"--grid '{text}' is not a size like 14x14 (rows x columns of the layer's tokens)")
+    return sizes[0], sizes[1]
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(name="inputs", flags=(), kind=list, default=None, metavar="INPUTS",
+           help="Images, folders, glob patterns, or - to read paths from stdin (one per line).",
+           doc="image files, folders, glob patterns (`'data/**/*.png'`), or `-` for paths on stdin (one per line)"),
+    Option(name="model", flags=("--model", "-m"), kind=str, default=None, group="model", field="name", metavar="NAME",
+           help="timm name (tags and hf-hub:ORG/NAME work) or torchvision:ARCH.",
+           doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`) or `torchvision:ARCH`"),
+    Option(name="pretrained", flags=("--pretrained/--no-pretrained",), kind=bool, default=True, group="model",
+           help="Load the hub's pretrained weights (ignored with --weights).",
+           doc="load the hub's pretrained weights (default) or start from random weights"),
+    Option(name="weights", flags=("--weights", "-w"), kind=Path, default=None, group="model", metavar="FILE", path=True,
+           help="Local checkpoint (.safetensors, or .pth/.pt state dict).",
+           doc="your checkpoint: `.safetensors`, or a `.pth`/`.pt` state dict (loaded with `weights_only=True`; pickled "
+               "code is refused). `state_dict`/`model` wrappers and `module.` prefixes are unwrapped; the number of classes "
+               "is read from the checkpoint's classifier"),
+    Option(name="labels", flags=("--labels",), kind=Path, default=None, group="model", metavar="FILE", path=True,
+           help="Class names, one per line.", doc="class names, one per line (ImageNet models have theirs built in)"),
+    Option(name="layers", flags=("--layer", "-l"), kind=list, default=None, group="target", metavar="PATH", aliases=("layer",),
+           help="Target layer as a dotted path (negative indices count from the end); repeat to combine. Default: per model family.",
+           doc="target layer, repeatable (maps are combined, see `--combine`, then renormalised). Default: per family, see below"),
+    Option(name="method", flags=("--method",), kind=Method, default=Method.gradcam.value, group="target", metavar="NAME",
+           help="CAM method (see `gradcam methods`).",
+           doc="CAM method, see [Methods](#methods): " + ", ".join(f"`{m}`" for m in values(Method)) + " (default "
+               "`gradcam`). Each method pytorch-grad-cam also has equals its map to 1e-4 (`tests/test_methods.py`, "
+               "`tests/test_gradient_free.py`, `tests/test_fullgrad_guided.py`; where we differ on purpose the test says why)"),
+    Option(name="combine", flags=("--combine",), kind=Combine, default=Combine.mean.value, group="maps",
+           help="How the maps of several --layer are merged.",
+           doc="how the maps of several `--layer` are merged (default `mean`)"),
+    Option(name="relu", flags=("--relu/--no-relu",), kind=bool, default=True, group="maps",
+           help="Keep only positive evidence (default), or the signed map.",
+           doc="keep only positive evidence (default), or keep the signed map"),
+    Option(name="norm", flags=("--norm",), kind=Norm, default=Norm.minmax.value, group="maps",
+           help="minmax: each map scaled to [0,1]; none: raw values (see --save-raw).",
+           doc="`minmax` (default): each map scaled to [0, 1]; `none`: raw values (the overlay is still scaled for display; "
+               "`--save-raw` writes them unscaled)"),
+    Option(name="eigen_smooth", flags=("--eigen-smooth",), kind=bool, default=False, group="maps",
+           help="First principal component of the weighted activations instead of their sum.",
+           doc="reduce the weighted activations by their first principal component instead of summing the channels (less noise)"),
+    Option(name="aug_smooth", flags=("--aug-smooth",), kind=bool, default=False, group="maps",
+           help="Average the maps of 6 mirrored and zoomed views (6x the cost).",
+           doc="average the maps of six views (mirrored, zoomed in and out), each mapped back onto the image; six times the cost"),
+    Option(name="cam_batch_size", flags=("--cam-batch-size",), kind=int, default=32, group="maps", metavar="N", minimum=1,
+           help="Masked or ablated forwards per pass (scorecam, ablationcam).",
+           doc="masked or ablated forwards per pass for `scorecam` and `ablationcam` (default 32); memory does not grow with "
+               "the layer's channels"),
+    Option(name="save_guided", flags=("--save-guided",), kind=bool, default=False, group="outputs",
+           help="With --method guided-gradcam: also write the RGB guided image.",
+           doc="with `--method guided-gradcam`: also write the RGB guided Grad-CAM image, `NAME.EXT.guided-gradcam.guided.png`"),
+    Option(name="classes", flags=("--class", "-c"), kind=list, default=None, group="target", metavar="N|NAME",
+           aliases=("class",), help="Class to explain, by index or name; repeat for several. Default: the top class.",
+           doc="class to explain, by index or name; repeatable. Default: the top class"),
+    Option(name="topk", flags=("--topk", "-k"), kind=int, default=1, group="target", metavar="K", minimum=1,
+           help="Explain the top K classes (one map each).", doc="explain the top K classes, one overlay each"),
+    Option(name="crop", flags=("--crop/--whole",), kind=bool, default=False, group="inputs",
+           help="Use the model's centre crop (the map covers only that part), or the whole image (default).",
+           doc="`--whole` (default): the whole image is resized to the model's input size, so the map covers every pixel. "
+               "`--crop`: the model's own eval transform (resize + centre crop, as in training); the map covers the crop and "
+               "is zero outside it"),
+    Option(name="colormap", flags=("--colormap",), kind=Colormap, default=Colormap.jet.value, group="outputs",
+           help="Heat-map colours.", doc=", ".join(f"`{c}`" for c in values(Colormap)) + " (default `jet`)"),
+    Option(name="alpha", flags=("--alpha",), kind=float, default=0.5, group="outputs", metavar="A", minimum=0, maximum=1,
+           help="Heat-map opacity over the photo, 0 to 1.", doc="heat-map opacity over the photo, 0–1 (default 0.5)"),
+    Option(name="save_raw", flags=("--save-raw",), kind=bool, default=False, group="outputs",
+           help="Also write the float32 map at the image's size as .npy (in [0,1] unless --norm none).",
+           doc="also write the float32 map at the image's resolution as `.npy` (in [0, 1] unless `--norm none`)"),
+    Option(name="output_dir", flags=("--output-dir", "-o"), kind=Path, default="gradcam_out", group="outputs", metavar="DIR",
+           path=True, help="Where overlays go; input sub-folders are mirrored.",
+           doc="where outputs go (default `gradcam_out/`)"),
+    Option(name="recursive", flags=("--recursive", "-r"), kind=bool, default=False, group="inputs",
+           help="Scan folders recursively.", doc="scan folders recursively"),
+    Option(name="batch_size", flags=("--batch-size", "-b"), kind=int, default=8, group="run", metavar="N", minimum=1,
+           help="Images per forward pass.", doc="images per forward pass (default 8)"),
+    Option(name="device", flags=("--device",), kind=str, default="auto", group="run", metavar="DEVICE",
+           help="auto, cpu, cuda, cuda:N or mps.",
+           doc="`auto` (CUDA, then MPS, then CPU), `cpu`, `cuda`, `cuda:N`, `mps`"),
+    Option(name="precision", flags=("--precision",), kind=Precision, default=Precision.auto.value, group="run",
+           help="auto (bf16 on CUDA, fp32 elsewhere), fp32, bf16 or fp16 for the model's passes; CAM maths stay fp32.",
+           doc="`auto` (bf16 autocast on CUDA, fp32 elsewhere), `fp32`, `bf16`, `fp16`: the dtype of the model's passes; "
+               "the CAM maths always run in fp32"),
+    Option(name="skip_existing", flags=("--skip-existing",), kind=bool, default=False, group="outputs",
+           help="Skip images whose outputs are all there already (resume an interrupted run).",
+           doc="skip images whose outputs are all there already, e.g. to finish an interrupted run (they get a record with "
+               '`"skipped": true`)'),
+    Option(name="max_pixels", flags=("--max-pixels",), kind=int, default=DEFAULT_MAX_PIXELS, group="inputs", metavar="N",
+           minimum=0, minimum_meaning=" (0 turns the decompression-bomb guard off)",
+           help="Refuse images with more pixels than this (decompression bombs); 0 = no limit.",
+           doc="refuse images larger than N pixels, read from the header before decoding (default 100,000,000; 0 = no limit): "
+               "a guard against decompression bombs"),
+    Option(name="workers", flags=("--workers",), kind=int, default=0, group="run", metavar="N", minimum=0,
+           minimum_meaning=" (0 = automatic)", help="Threads decoding and writing images beside the model; 0 = automatic.",
+           doc="threads that decode images ahead of the model and write overlays behind it (default 0 = automatic: up to 4 "
+               "on CPU, where the model needs the cores too, up to 16 with a GPU; never more than the cores)"),
+    Option(name="grid", flags=("--grid",), kind=str, default=None, group="target", metavar="HxW", convert=parse_grid,
+           help="Token grid HxW when a layer's layout cannot be inferred.",
+           doc="the token grid, when a layer's layout cannot be inferred"),
+    Option(name="json_lines", flags=("--json/--no-json",), kind=bool, default=None,
+           help="JSON Lines records on stdout (default when stdout is not a terminal).",
+           doc="JSON Lines on stdout; the default when stdout is not a terminal"),
+    Option(name="config", flags=("--config",), kind=Path, default=None, metavar="FILE",
+           help="YAML run preset; command-line flags win.",
+           doc="a YAML run preset (see `configs/`); flags on the command line win"),
+    Option(name="quiet", flags=("--quiet", "-q"), kind=bool, default=False,
+           help="No progress or summary on stderr.", doc="no progress or summary on stderr"),
+)
+BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
+
+
+def preset_keys() -> dict[str, Option]:
+    """Preset key → its option: the option names, then the singular spellings (`layer`, `class`)."""
+    keys = {option.name: option for option in OPTIONS if option.preset}
+    keys.update({alias: option for option in OPTIONS if option.preset for alias in option.aliases})
+    return keys
+
+
+def named(option: Option) -> str:
+    """How a message names an option that may come from a flag or a preset: `--max-pixels (preset key max_pixels)`."""
+    return f"{option.flag} (preset key {option.name})"
+
+
+def build_settings(given: Mapping[str, Any]) -> ExplainSettings:
+    """Flags and preset values (by option name) checked and put into their groups; what is missing takes its default."""
+    if not given.get("model"):
+        raise UsageError("--model is required (or a --config preset that names one), e.g. --model resnet50")
+    groups: dict[str, dict[str, Any]] = {name: {} for name in GROUPS}
+    for option in OPTIONS:
+        if option.group is None:
+            continue
+        value = given.get(option.name, option.default)
+        groups[option.group][option.field or option.name] = _checked(option, value)
+    return ExplainSettings(**{name: GROUPS[name](**fields) for name, fields in groups.items()})
+
+
+def _checked(option: Option, value: Any) -> Any:
+    """One value as its group holds it, with the same check (and message) for a flag and a preset key."""
+    if value is None:
+        return () if option.kind is list else None
+    if option.choices is not None:
+        text = str(getattr(value, "value", value)).strip().lower()
+        if text not in option.choices:
+            raise UsageError(f"{named(option)} '{value}' is unknown; use one of {', '.join(option.choices)}")
+        return option.kind(text)
+    if option.kind is list:
+        return tuple(str(v) for v in value)
+    if option.kind is Path:
+        return Path(value)
+    if option.convert is not None:
+        return option.convert(str(value))
+    if option.kind is int and option.minimum is not None and int(value) < option.minimum:
+        raise UsageError(f"{named(option)} {value}: must be {option.minimum} or more{option.minimum_meaning}")
+    if option.maximum is not None and not (option.minimum or 0) <= float(value) <= option.maximum:
+        raise UsageError(f"{option.flag} {float(value)}: must be between {option.minimum:g} and {option.maximum:g}")
+    return option.kind(value)
+
+
+def markdown_table() -> str:
+    """The README's table of `gradcam explain`'s arguments and options, from the table (a test keeps them equal)."""
+    rows = ["| option | meaning |", "|---|---|"]
+    for option in OPTIONS:
+        rows.append(f"| `{_shown_flags(option)}` | {option.doc or option.help} |")
+    return "\n".join(rows)
+
+
+def _shown_flags(option: Option) -> str:
+    """`-m, --model NAME`, `--relu / --no-relu`, `--norm minmax\\|none`: the spelling a reader types."""
+    if not option.flags:
+        return option.metavar
+    longs = [f for f in option.flags if f.startswith("--")]
+    shorts = [f for f in option.flags if not f.startswith("--")]
+    text = ", ".join([*shorts, *(f.replace("/", " / ") for f in longs)])
+    metavar = option.metavar.replace("|", "\\|")
+    choices = option.choices
+    if choices is not None and len(choices) <= 3:
+        return text + " " + "\\|".join(choices)
+    return f"{text} {metavar}" if metavar and option.kind is not bool else text
+
+
+def preset_key_list() -> str:
+    """The README's list of preset keys: the option names (the singular aliases are said beside it)."""
+    return ", ".join(option.name for option in OPTIONS if option.preset)

@@ -1,0 +1,66 @@
+"""The words of the tool: the fixed sets of values an option takes, without torch.
+
+The command line checks and lists these before anything heavy is imported
+(`gradcam --help` stays fast); the engine uses the same enums, so a value
+exists in one place. Each enum's values are what the user types.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Method(str, Enum):
+    """The CAM methods, in the order `gradcam methods` lists them (the registry holds one per value)."""
+
+    gradcam = "gradcam"
+    hirescam = "hirescam"
+    gradcam_elementwise = "gradcam-elementwise"
+    gradcam_plusplus = "gradcam++"
+    xgradcam = "xgradcam"
+    layercam = "layercam"
+    eigengradcam = "eigengradcam"
+    eigencam = "eigencam"
+    scorecam = "scorecam"
+    ablationcam = "ablationcam"
+    guided_gradcam = "guided-gradcam"
+    fullgrad = "fullgrad"
+
+
+class Norm(str, Enum):
+    minmax = "minmax"  # each map scaled to [0, 1]
+    none = "none"  # raw values, for users who need them (written by --save-raw)
+
+
+class Combine(str, Enum):
+    """How the maps of several target layers are merged."""
+
+    mean = "mean"
+    max = "max"
+    product = "product"
+
+
+class Colormap(str, Enum):
+    """The heat-map colours (OpenCV's colour maps of these names)."""
+
+    jet = "jet"
+    turbo = "turbo"
+    viridis = "viridis"
+    inferno = "inferno"
+    magma = "magma"
+    plasma = "plasma"
+    hot = "hot"
+    gray = "gray"
+
+
+class Precision(str, Enum):
+    """The dtype of the model's passes; the CAM maths always run in fp32."""
+
+    auto = "auto"  # bf16 autocast on CUDA, fp32 elsewhere
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+def values(enum: type[Enum]) -> list[str]:
+    """What the user may type for an enum option, in order."""
+    return [str(member.value) for member in enum]

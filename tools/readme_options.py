@@ -1,0 +1,41 @@
+"""Write the README's option table and preset key list from the one option table (gradcam_cli/settings.py).
+
+    python tools/readme_options.py          # rewrite README.md between the markers
+    python tools/readme_options.py --check  # exit 1 when README.md differs (tests/test_docs.py checks the same)
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from gradcam_cli.settings import markdown_table, preset_key_list  # noqa: E402
+
+BLOCKS = {"options-table": markdown_table, "preset-keys": lambda: f"`{preset_key_list()}`"}
+
+
+def rendered(readme: str) -> str:
+    """README text with every generated block replaced by what the table gives now."""
+    for name, make in BLOCKS.items():
+        pattern = re.compile(rf"(<!-- {name}:start -->\n).*?(\n<!-- {name}:end -->)", re.S)
+        if not pattern.search(readme):
+            raise SystemExit(f"README.md has no <!-- {name}:start --> ... <!-- {name}:end --> block")
+        readme = pattern.sub(lambda m, make=make: m.group(1) + make() + m.group(2), readme)
+    return readme
+
+
+def main() -> int:
+    path = ROOT / "README.md"
+    text = path.read_text(encoding="utf-8")
+    new = rendered(text)
+    if "--check" in sys.argv:
+        return int(new != text)
+    path.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
