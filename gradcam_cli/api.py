@@ -2,87 +2,46 @@
 
 `explain()` runs an image through the pieces `gradcam explain` uses (decoding, geometry, the engine, the map put
 back onto the photo, the overlay, the record), so its map is the `.npy` the CLI writes for that image. Failures
-are the package's GradcamError subclasses, worded with this API's argument names instead of the CLI's flags.
+are the package's GradcamError subclasses; their messages name this API's arguments (the CLI spells the same
+marks as its flags).
 """
 from __future__ import annotations
 
-import contextlib
-import copy
 import os
-import re
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from gradcam_cli import __version__
 from gradcam_cli.cams.engine import compute_cams
 from gradcam_cli.cams.methods import get_method
-from gradcam_cli.cams.targets import TargetChoice, target_choice
-from gradcam_cli.errors import GradcamError, InputError, LayerError, UsageError
+from gradcam_cli.cams.targets import TargetChoice
+from gradcam_cli.errors import GradcamError, InputError, LayerError, UsageError, spelled
 from gradcam_cli.geometry import Geometry, map_to_original, plan_geometry, to_input_array
 from gradcam_cli.inputs.decode import _pil_to_rgb, load_image
 from gradcam_cli.layers.defaults import default_layer_paths
-from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer, resolve_layers
+from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer
 from gradcam_cli.maps import CamOptions, normalise
-from gradcam_cli.model.device import place_model, resolve_device, resolve_precision
+from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.load import load_model as load_loaded_model
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
 from gradcam_cli.outputs.render import deprocess, overlay
 from gradcam_cli.outputs.writer import TOPK_IN_RECORD
-from gradcam_cli.settings import DEFAULT_MAX_PIXELS, OPTIONS, ExplainSettings, ModelSettings, build_settings
+from gradcam_cli.run.prepare import PreparedRun, prepare_run
+from gradcam_cli.settings import DEFAULT_MAX_PIXELS, ExplainSettings, ModelSettings, build_settings
 
 if TYPE_CHECKING:
     import torch
     from PIL import Image
     from torch import nn
 
-    from gradcam_cli.cams.methods import CamMethod
     from gradcam_cli.maps import CamBatch
 
 LayerSpec = Union[str, "nn.Module"]
-_ANY_FLAG = re.compile(r"(?<![\w-])--([a-z][a-z0-9-]*)")
-
-
-@lru_cache(maxsize=1)
-def _flag_words() -> tuple[re.Pattern[str], dict[str, str]]:
-    """Each flag of `gradcam explain` → this API's argument (`--no-pretrained` → `pretrained=False`), from the option table."""
-    words: dict[str, str] = {}
-    for option in OPTIONS:
-        for on, _, off in (flag.partition("/") for flag in option.flags if flag.startswith("--")):
-            if option.kind is bool:
-                words.update({on: f"{option.name}=True", **({off: f"{option.name}=False"} if off else {})})
-                continue
-            if option.metavar:
-                words[f"{on} {option.metavar}"] = f"{option.name}={option.metavar}"
-            words[on] = option.name
-    keys = sorted(words, key=len, reverse=True)  # longest first: `--weights FILE` before `--weights`
-    return re.compile("|".join(rf"(?<![\w-]){re.escape(k)}(?![\w-])" for k in keys)), words
-
-
-def _api_words(text: str) -> str:
-    """A message of the lower layers (written for the CLI) with argument names where it named flags."""
-    pattern, words = _flag_words()
-    text = pattern.sub(lambda m: words[m.group(0)], re.sub(r" \(preset key \w+\)", "", text))
-    return _ANY_FLAG.sub(lambda m: m.group(1).replace("-", "_"), text)
-
-
-@contextlib.contextmanager
-def plain_errors() -> Iterator[None]:
-    """The package's errors re-raised in the API's words: same class, hint and traceback."""
-    try:
-        yield
-    except GradcamError as error:
-        worded = copy.copy(error)
-        worded.message = _api_words(getattr(error, "message", str(error)))
-        worded.hint = _api_words(error.hint) if error.hint else None
-        worded.args = (worded.message,)
-        raise worded.with_traceback(error.__traceback__) from None
 
 
 @dataclass(repr=False)
@@ -110,14 +69,13 @@ def load_model(
     one a line; `pretrained=False`: seeded random weights (offline; the maps mean nothing). `device`: auto (CUDA,
     then MPS, then CPU), cpu, cuda, cuda:N or mps. Load once, then explain() any number of images with it.
     """
-    with plain_errors():
-        if not isinstance(name, str) or not name.strip():
-            raise UsageError(f"{name!r} is not a model name",
-                             hint="name a timm model ('resnet50'), 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
-        placed_on = resolve_device(str(device))  # before the load, as a run does: a bad device costs no download
-        weights_path, labels_path = (None if p is None else Path(p) for p in (weights, labels))
-        loaded = load_loaded_model(name, pretrained=bool(pretrained), weights=weights_path, labels=labels_path)
-        channels_last = place_model(loaded.model, placed_on)
+    if not isinstance(name, str) or not name.strip():
+        raise UsageError(f"{name!r} is not a model name",
+                         hint="name a timm model ('resnet50'), 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
+    placed_on = resolve_device(str(device))  # before the load, as a run does: a bad device costs no download
+    weights_path, labels_path = (None if p is None else Path(p) for p in (weights, labels))
+    loaded = load_loaded_model(name, pretrained=bool(pretrained), weights=weights_path, labels=labels_path)
+    channels_last = place_model(loaded.model, placed_on)
     built = {f.name: getattr(loaded, f.name) for f in fields(LoadedModel)}
     return ReadyModel(**built, device=placed_on, channels_last=channels_last, pretrained=bool(pretrained),
                       weights=weights_path, labels=labels_path)
@@ -209,18 +167,6 @@ class Explanation:
         return self.overlay._repr_png_()
 
 
-@dataclass(frozen=True)
-class _Run:
-    """What one explain() call resolves, as Explainer resolves it for a run."""
-
-    ready: ReadyModel
-    settings: ExplainSettings
-    method: CamMethod
-    layers: list[ResolvedLayer]
-    targets: TargetChoice
-    options: CamOptions
-
-
 def _settings(ready: ReadyModel, given: dict[str, Any]) -> ExplainSettings:
     """The options checked by the CLI's own option table (same defaults, same limits), with the model's settings."""
     classes, grid = given.pop("classes"), given.get("grid")
@@ -248,38 +194,26 @@ def _layer_paths(model: nn.Module, layers: LayerSpec | Sequence[LayerSpec] | Non
     return paths
 
 
-def _prepare(ready: ReadyModel, settings: ExplainSettings, layers: LayerSpec | Sequence[LayerSpec] | None) -> _Run:
-    """Method, layers, classes and options, from the functions a run resolves them with."""
-    method = get_method(str(settings.target.method.value))
-    if method.network_layers is not None and layers is not None:
-        warnings.warn(f"{method.name} uses the input and every conv/batch-norm bias of the network; layers is ignored",
-                      stacklevel=3)
-    paths = _layer_paths(ready.model, layers) or default_layer_paths(ready.model, ready.arch, ready.source)
-    resolved = resolve_layers(ready.model, paths, ready.name)
-    targets = target_choice(settings.target.classes, settings.target.topk, ready.class_names)
-    maps = settings.maps
-    options = CamOptions(maps.relu, maps.norm, maps.combine, maps.eigen_smooth, maps.aug_smooth, maps.cam_batch_size,
-                         resolve_precision(settings.run.precision, ready.device))
-    return _Run(ready, settings, method, resolved, targets, options)
+def _prepare(ready: ReadyModel, settings: ExplainSettings, layers: LayerSpec | Sequence[LayerSpec] | None) -> PreparedRun:
+    """Method, layers, classes and options, resolved by the code that prepares a CLI run (run/prepare.py)."""
+    paths = tuple(_layer_paths(ready.model, layers))
+    settings = replace(settings, target=replace(settings.target, layers=paths))
+    return prepare_run(settings, loaded=ready, device=ready.device, notices=False,
+                       warn=lambda message: warnings.warn(spelled(message), stacklevel=4))
 
 
-def _compute(run: _Run, array: np.ndarray) -> CamBatch:
-    """The maps of one preprocessed image, on the model's device and memory format, as Explainer.compute does."""
+def _compute(run: PreparedRun, array: np.ndarray) -> CamBatch:
+    """The maps of one preprocessed image, computed as a run computes a batch."""
     import torch
 
-    ready = run.ready
-    x = torch.from_numpy(np.stack([array])).to(ready.device, non_blocking=True)
-    if ready.channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    return compute_cams(ready.model, x, run.layers, run.method, run.targets, options=run.options,
-                        num_prefix_tokens=ready.num_prefix_tokens, grid=run.settings.target.grid, model_name=ready.name).to_cpu()
+    return run.compute(torch.from_numpy(np.stack([array]))).to_cpu()
 
 
 def _class_name(names: Sequence[str] | None, index: int) -> str | None:
     return names[index] if names and 0 <= index < len(names) else None
 
 
-def _class_map(run: _Run, photo: np.ndarray, geometry: Geometry, cams: CamBatch, k: int, probabilities: torch.Tensor) -> ClassMap:
+def _class_map(run: PreparedRun, photo: np.ndarray, geometry: Geometry, cams: CamBatch, k: int, probabilities: torch.Tensor) -> ClassMap:
     """One class's map put back onto the photo and drawn, as the CLI's writer does before it writes the files."""
     from PIL import Image
 
@@ -291,29 +225,14 @@ def _class_map(run: _Run, photo: np.ndarray, geometry: Geometry, cams: CamBatch,
     if cams.guided is not None:
         rgb = map_to_original(deprocess(cams.guided[0, k]).permute(2, 0, 1), geometry)
         guided = Image.fromarray((rgb.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8))
-    name, score, probability = _class_name(run.ready.class_names, index), float(cams.logits[0, index]), float(probabilities[index])
+    name, score, probability = _class_name(run.loaded.class_names, index), float(cams.logits[0, index]), float(probabilities[index])
     record = TargetRecord(index, name, round(score, 6), round(probability, 6), bool(cams.blank[0, k]))
     heat = Image.fromarray(overlay(photo, shown, outputs.colormap, outputs.alpha))
     return ClassMap(index, name, record.probability, record.score, record.blank, _read_only(shown), _read_only(raw),
                     heat, guided, record)
 
 
-def _context(run: _Run) -> dict[str, Any]:
-    """The fields every record of a run repeats, filled as the CLI fills them, so a result says how to reproduce it."""
-    settings, maps, method = run.settings, run.settings.maps, run.method
-    layers = ([f"input + {len(method.network_layers(run.ready.model))} bias layers (whole network)"]
-              if method.network_layers is not None else [layer.name for layer in run.layers])
-    return {"model": run.ready.name, "layers": layers, "method": method.name, "device": str(run.ready.device), "settings": {
-        "preprocess": "crop" if settings.inputs.crop else "whole", "relu": maps.relu,
-        "norm": str(getattr(maps.norm, "value", maps.norm)), "combine": str(getattr(maps.combine, "value", maps.combine)),
-        "eigen_smooth": maps.eigen_smooth, "aug_smooth": maps.aug_smooth,
-        "precision": str(run.options.precision or "fp32").replace("torch.", ""),
-        "pretrained": settings.model.pretrained and settings.model.weights is None,
-        "weights": str(settings.model.weights) if settings.model.weights else None, "version": __version__,
-    }}
-
-
-def _explanation(run: _Run, name: str, photo: np.ndarray, geometry: Geometry, cams: CamBatch) -> Explanation:
+def _explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geometry, cams: CamBatch) -> Explanation:
     """The maps, overlays and record of the image, built as the CLI's writer builds them."""
     import torch
 
@@ -326,8 +245,8 @@ def _explanation(run: _Run, name: str, photo: np.ndarray, geometry: Geometry, ca
     record = ImageRecord(
         input=name, ok=True, width=int(photo.shape[1]), height=int(photo.shape[0]), class_index=first.class_index,
         class_name=first.class_name, score=first.score, probability=first.probability, blank=first.blank,
-        targets=[t.record for t in targets], **_context(run),
-        topk=[{"index": int(i), "name": _class_name(run.ready.class_names, int(i)), "probability": round(float(p), 6)}
+        targets=[t.record for t in targets], **run.record_context(),
+        topk=[{"index": int(i), "name": _class_name(run.loaded.class_names, int(i)), "probability": round(float(p), 6)}
               for p, i in zip(top.values, top.indices)],
     )
     return Explanation(targets, record, _read_only(np.array(photo)), geometry)
@@ -348,14 +267,13 @@ def explain(
     `gradcam explain` (README). The model is left as found: no hook, the same train/eval modes and requires_grad.
     """
     given = {k: v for k, v in locals().items() if k not in ("image", "model", "layers")}  # named as the option table
-    with plain_errors():
-        ready = _ready(model)
-        settings = _settings(ready, given)
-        photo, name = _photo(image, settings.inputs.max_pixels)
-        run = _prepare(ready, settings, layers)
-        geometry = plan_geometry(photo.shape[:2], ready.data_config, crop=settings.inputs.crop)
-        cams = _compute(run, to_input_array(photo, geometry, ready.data_config))
-        return _explanation(run, name, photo, geometry, cams)
+    ready = _ready(model)
+    settings = _settings(ready, given)
+    photo, name = _photo(image, settings.inputs.max_pixels)
+    run = _prepare(ready, settings, layers)
+    geometry = plan_geometry(photo.shape[:2], ready.data_config, crop=settings.inputs.crop)
+    cams = _compute(run, to_input_array(photo, geometry, ready.data_config))
+    return _explanation(run, name, photo, geometry, cams)
 
 
 def _as_resolved(model: nn.Module, layer: LayerSpec) -> ResolvedLayer:
@@ -386,14 +304,14 @@ def cam(
     would (the family default, see `gradcam layers`); `classes` is None (each image's top class), one index for all,
     or one per image. The other options are those of `gradcam explain` (README). The model is left as it was found.
     """
-    with plain_errors():
-        if layers is None:
-            layers = default_layer_paths(model)
-        if isinstance(layers, str) or not isinstance(layers, Sequence):
-            layers = [layers]
-        resolved = [_as_resolved(model, layer) for layer in layers]
-        options = CamOptions(relu, norm, combine, eigen_smooth, aug_smooth, cam_batch_size)
-        batch = compute_cams(model, x, resolved, get_method(method), _as_choice(classes), options=options,
-                             num_prefix_tokens=getattr(model, "num_prefix_tokens", None), grid=grid,
-                             model_name=type(model).__name__)
+    if layers is None:
+        layers = default_layer_paths(model)
+    if isinstance(layers, str) or not isinstance(layers, Sequence):
+        layers = [layers]
+    resolved = [_as_resolved(model, layer) for layer in layers]
+    options = CamOptions(relu=relu, norm=norm, combine=combine, eigen_smooth=eigen_smooth, aug_smooth=aug_smooth,
+                         cam_batch_size=cam_batch_size)
+    batch = compute_cams(model, x, resolved, get_method(method), _as_choice(classes), options=options,
+                         num_prefix_tokens=getattr(model, "num_prefix_tokens", None), grid=grid,
+                         model_name=type(model).__name__)
     return batch.maps[:, 0]

@@ -5,7 +5,30 @@ so every module can fail with a sentence instead of a traceback.
 """
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from enum import IntEnum
+
+# How a message names an option: ⟨name⟩, ⟨name=value⟩, or ⟨name~⟩ ("the flag or the preset key").
+# The library does not know whether a flag or a Python argument set it: the command line spells the
+# mark as its flag (settings.as_flag), everything else as the argument (`spell_as_argument`).
+OPTION_MARK = re.compile(r"⟨(\w+)(~|=[^⟩]*)?⟩")
+Spelling = Callable[[str, str | None], str]  # (option name, "=value" / "~" / None) → words
+
+
+def option(name: str, value: object = None) -> str:
+    """The mark for an option in a message: `option("grid", "14x14")` → ⟨grid=14x14⟩."""
+    return f"⟨{name}⟩" if value is None else f"⟨{name}={value}⟩"
+
+
+def spell_as_argument(name: str, rest: str | None) -> str:
+    """An option as the Python API names it: `grid`, `grid=14x14`."""
+    return f"{name}{rest}" if rest and rest.startswith("=") else name
+
+
+def spelled(text: str, spelling: Spelling = spell_as_argument) -> str:
+    """A message with each option mark spelled for its reader."""
+    return OPTION_MARK.sub(lambda m: spelling(m.group(1), m.group(2)), text)
 
 
 def printable(text: str) -> str:
@@ -47,7 +70,11 @@ class GradcamError(Exception):
         self.hint = hint
 
     def __str__(self) -> str:
-        return f"{self.message}; {self.hint}" if self.hint else self.message
+        return self.spelled(spell_as_argument)
+
+    def spelled(self, spelling: Spelling) -> str:
+        """The message and hint with their option marks spelled for the reader (flags on the command line)."""
+        return spelled(f"{self.message}; {self.hint}" if self.hint else self.message, spelling)
 
 
 class UsageError(GradcamError, ValueError):

@@ -158,7 +158,7 @@ def parse_grid(text: str) -> tuple[int, int]:
     if len(values) == 1:
         values = values * 2
     if len(values) != 2 or min(values) < 1:
-        raise LayoutError(f"--grid '{text}' is not a size like 14x14 (rows x columns of the layer's tokens)")
+        raise LayoutError(f"⟨grid='{text}'⟩ is not a size like 14x14 (rows x columns of the layer's tokens)")
     return values[0], values[1]
 
 
@@ -186,7 +186,7 @@ def _detect_4d(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutH
             return Layout("NCHW", nchw)
         if nhwc == hints.grid:
             return Layout("NHWC", nhwc)
-        raise LayoutError(f"{where} has no {hints.grid[0]}x{hints.grid[1]} grid; check --grid")
+        raise LayoutError(f"{where} has no {hints.grid[0]}x{hints.grid[1]} grid; check ⟨grid⟩")
     if hints.channels_dim == 1 and plausible_grid(*nchw, input_hw):
         return Layout("NCHW", nchw)
     if hints.channels_dim == -1 and plausible_grid(*nhwc, input_hw):
@@ -195,7 +195,7 @@ def _detect_4d(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutH
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        raise LayoutError(f"{where} matches no spatial grid of the {input_hw[0]}x{input_hw[1]} input; pass --grid HxW")
+        raise LayoutError(f"{where} matches no spatial grid of the {input_hw[0]}x{input_hw[1]} input; pass ⟨grid=HxW⟩")
     if nchw == nhwc:  # C == H == W: both readings give the same grid; channels-first is the torch convention
         return Layout("NCHW", nchw)
     errors = sorted((_aspect_error(c.grid, input_hw), i) for i, c in enumerate(candidates))
@@ -203,7 +203,7 @@ def _detect_4d(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutH
         return candidates[errors[0][1]]  # only one reading has the input's proportions
     raise LayoutError(
         f"{where} could be channels-first ({nchw[0]}x{nchw[1]} grid) or channels-last "
-        f"({nhwc[0]}x{nhwc[1]} grid); pass --grid HxW to say which"
+        f"({nhwc[0]}x{nhwc[1]} grid); pass ⟨grid=HxW⟩ to say which"
     )
 
 
@@ -237,7 +237,7 @@ def _detect_tokens(shape: tuple[int, ...], input_hw: tuple[int, int], hints: Lay
     if layout is None:
         raise LayoutError(
             f"{where} looks like {tokens} tokens but no grid of the {input_hw[0]}x{input_hw[1]} input fits; "
-            "pass --grid HxW (rows x columns of patch tokens)"
+            "pass ⟨grid=HxW⟩ (rows x columns of patch tokens)"
         )
     return layout
 
@@ -268,9 +268,9 @@ def _user_token_grid(tokens: int, input_hw: tuple[int, int], hints: LayoutHints,
     if 0 <= prefix <= MAX_PREFIX_TOKENS:
         return Layout("NLC", (h, w), prefix)
     if prefix < 0:
-        problem = f"--grid {h}x{w} needs {h * w}"
+        problem = f"⟨grid={h}x{w}⟩ needs {h * w}"
     else:
-        problem = f"--grid {h}x{w} leaves {prefix} of them as prefix tokens (at most {MAX_PREFIX_TOKENS})"
+        problem = f"⟨grid={h}x{w}⟩ leaves {prefix} of them as prefix tokens (at most {MAX_PREFIX_TOKENS})"
     fit = _infer_tokens(tokens, input_hw, hints)
     if fit is None:
         advice = f"no grid of the {input_hw[0]}x{input_hw[1]} input fits them"

@@ -8,7 +8,7 @@ pieces without importing each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Sequence
 
 from gradcam_cli.errors import UsageError
@@ -22,20 +22,17 @@ if TYPE_CHECKING:
 EPSILON = 1e-7
 
 
-NORMS = tuple(n.value for n in Norm)
-COMBINES = tuple(c.value for c in Combine)
-
 # progress(what, done, total): long per-batch work (masked forwards) reports here
 ProgressFn = Callable[[str, int, int], None]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CamOptions:
     """How maps are post-processed, and the knobs of the costlier methods."""
 
     relu: bool = True
-    norm: str = "minmax"  # "minmax": each map in [0, 1]; "none": the raw values
-    combine: str = "mean"  # how several layers' maps are merged
+    norm: Norm = Norm.minmax  # minmax: each map in [0, 1]; none: the raw values
+    combine: Combine = Combine.mean  # how several layers' maps are merged
     eigen_smooth: bool = False  # reduce channels by the first principal component
     aug_smooth: bool = False  # average over flips and rescalings (see augment.py)
     cam_batch_size: int = 32  # masked/ablated forwards per pass (scorecam, ablationcam)
@@ -43,12 +40,17 @@ class CamOptions:
     progress: ProgressFn | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.norm not in NORMS:
-            raise UsageError(f"norm must be one of {', '.join(NORMS)}, not {self.norm!r}")
-        if self.combine not in COMBINES:
-            raise UsageError(f"combine must be one of {', '.join(COMBINES)}, not {self.combine!r}")
+        object.__setattr__(self, "norm", _member(Norm, "norm", self.norm))  # a plain string from a Python caller
+        object.__setattr__(self, "combine", _member(Combine, "combine", self.combine))
         if self.cam_batch_size < 1:
             raise UsageError(f"cam_batch_size {self.cam_batch_size}: must be 1 or more")
+
+
+def _member(enum: type[Norm] | type[Combine], name: str, value: object) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        raise UsageError(f"{name} must be one of {', '.join(m.value for m in enum)}, not {value!r}") from None
 
 
 @dataclass

@@ -15,7 +15,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.errors import UsageError, spelled
 from gradcam_cli.vocab import Colormap, Combine, Method, Norm, Precision, values
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
@@ -132,7 +132,7 @@ def parse_grid(text: str) -> tuple[int, int]:
     if len(sizes) == 1:
         sizes = sizes * 2
     if len(sizes) != 2 or min(sizes) < 1:
-        raise UsageError(f"--grid '{text}' is not a size like 14x14 (rows x columns of the layer's tokens)")
+        raise UsageError(f"⟨grid='{text}'⟩ is not a size like 14x14 (rows x columns of the layer's tokens)")
     return sizes[0], sizes[1]
 
 
@@ -251,14 +251,30 @@ def preset_keys() -> dict[str, Option]:
 
 
 def named(option: Option) -> str:
-    """How a message names an option that may come from a flag or a preset: `--max-pixels (preset key max_pixels)`."""
-    return f"{option.flag} (preset key {option.name})"
+    """The mark of an option that may come from a flag or a preset: `--max-pixels (preset key max_pixels)` on the command line."""
+    return f"⟨{option.name}~⟩"
+
+
+def as_flag(name: str, rest: str | None) -> str:
+    """An option mark spelled as the command line's flag: ⟨pretrained=False⟩ → --no-pretrained, ⟨grid=HxW⟩ → --grid HxW."""
+    option = BY_NAME[name]
+    if rest == "~":
+        return f"{option.flag} (preset key {option.name})"
+    on, _, off = option.flags[0].partition("/")
+    if option.kind is bool and rest in ("=True", "=False"):
+        return on if rest == "=True" or not off else off
+    return f"{option.flag} {rest[1:]}" if rest else option.flag
+
+
+def in_flags(text: str) -> str:
+    """A message of the library, as the command line says it."""
+    return spelled(text, as_flag)
 
 
 def build_settings(given: Mapping[str, Any]) -> ExplainSettings:
     """Flags and preset values (by option name) checked and put into their groups; what is missing takes its default."""
     if not given.get("model"):
-        raise UsageError("--model is required (or a --config preset that names one), e.g. --model resnet50")
+        raise UsageError("⟨model⟩ is required (or a ⟨config⟩ preset that names one), e.g. ⟨model=resnet50⟩")
     groups: dict[str, dict[str, Any]] = {name: {} for name in GROUPS}
     for option in OPTIONS:
         if option.group is None:
@@ -286,7 +302,7 @@ def _checked(option: Option, value: Any) -> Any:
     if option.kind is int and option.minimum is not None and int(value) < option.minimum:
         raise UsageError(f"{named(option)} {value}: must be {option.minimum} or more{option.minimum_meaning}")
     if option.maximum is not None and not (option.minimum or 0) <= float(value) <= option.maximum:
-        raise UsageError(f"{option.flag} {float(value)}: must be between {option.minimum:g} and {option.maximum:g}")
+        raise UsageError(f"⟨{option.name}={float(value)}⟩: must be between {option.minimum or 0:g} and {option.maximum:g}")
     return option.kind(value)
 
 

@@ -173,17 +173,17 @@ def test_the_model_is_left_as_found(method: str, photo: Path) -> None:
     (lambda m, p: gradcam_cli.explain(p, m, classes=1, topk=2), UsageError, "classes and topk exclude each other"),
     (lambda m, p: gradcam_cli.explain(p, m, method="gradcm"), UsageError, "method 'gradcm' is unknown"),
     (lambda m, p: gradcam_cli.explain(p, m, norm="max"), UsageError, "norm 'max' is unknown"),
-    (lambda m, p: gradcam_cli.explain(p, m, alpha=2), UsageError, "alpha 2.0: must be between 0 and 1"),
+    (lambda m, p: gradcam_cli.explain(p, m, alpha=2), UsageError, "alpha=2.0: must be between 0 and 1"),
     (lambda m, p: gradcam_cli.explain(p, m, alpha="opaque"), UsageError, "wrong value"),
     (lambda m, p: gradcam_cli.explain(p, m, layers="layer9"), LayerError, "layer 'layer9' not found in test_resnet"),
     (lambda m, p: gradcam_cli.explain(p, m, layers=Image), LayerError, "is not a module of this model"),
-    (lambda m, p: gradcam_cli.explain(p, m, max_pixels=100), InputError, "above max_pixels 100"),
+    (lambda m, p: gradcam_cli.explain(p, m, max_pixels=100), InputError, "above max_pixels=100"),
     (lambda m, p: gradcam_cli.explain(p, m, precision="fp8"), UsageError, "precision 'fp8' is unknown"),
     (lambda m, p: gradcam_cli.explain(p, "test_resnet"), ModelError, "or pretrained=False for random weights"),
-    (lambda m, p: gradcam_cli.load_model("test_resnet", weights="none.pth"), ModelError, "weights none.pth: no such file"),
+    (lambda m, p: gradcam_cli.load_model("test_resnet", weights="none.pth"), ModelError, "weights=none.pth: no such file"),
     (lambda m, p: gradcam_cli.load_model("test_resnet", weights=p), ModelError, "not a loadable tensor checkpoint"),
-    (lambda m, p: gradcam_cli.load_model("test_resnet", labels="none.txt"), UsageError, "labels none.txt: no such"),
-    (lambda m, p: gradcam_cli.load_model("test_resnet", device="gpu"), UsageError, "device 'gpu' is not a device"),
+    (lambda m, p: gradcam_cli.load_model("test_resnet", labels="none.txt"), UsageError, "labels=none.txt: no such"),
+    (lambda m, p: gradcam_cli.load_model("test_resnet", device="gpu"), UsageError, "device='gpu' is not a device"),
     (lambda m, p: gradcam_cli.load_model("  "), UsageError, "is not a model name"),
     (lambda m, p: gradcam_cli.load_model("resnt50", pretrained=False), UsageError, "did you mean 'resnet50'"),
     (lambda m, p: gradcam_cli.cam(m.model, np.zeros(1), layers="layer9"), LayerError, "layer 'layer9' not found"),
@@ -196,13 +196,15 @@ def test_bad_input_raises_a_package_error_in_the_api_words(call, error: type, wo
     assert "--" not in str(info.value), "messages name arguments, not the CLI's flags"
 
 
-def test_the_wording_keeps_class_hint_and_says_switches_as_values() -> None:
-    from gradcam_cli.api import plain_errors
+def test_an_option_mark_is_an_argument_here_and_a_flag_on_the_command_line() -> None:
+    """The library names options by marks; the API spells them as arguments, the CLI as its flags."""
+    from gradcam_cli.settings import as_flag
 
-    with pytest.raises(LayerError) as info, plain_errors():
-        raise LayerError("no map; name one with --layer", hint="or --no-pretrained, --weights FILE, --grid HxW, --foo-bar")
-    assert str(info.value) == "no map; name one with layers; or pretrained=False, weights=FILE, grid=HxW, foo_bar"
-    assert info.value.hint == "or pretrained=False, weights=FILE, grid=HxW, foo_bar"
+    error = LayerError("no map; name one with ⟨layers⟩", hint="or ⟨pretrained=False⟩, ⟨weights=FILE⟩, ⟨grid=HxW⟩, ⟨max_pixels~⟩")
+    assert str(error) == "no map; name one with layers; or pretrained=False, weights=FILE, grid=HxW, max_pixels"
+    assert error.spelled(as_flag) == ("no map; name one with --layer; or --no-pretrained, --weights FILE, --grid HxW, "
+                                      "--max-pixels (preset key max_pixels)")
+    assert error.hint == "or ⟨pretrained=False⟩, ⟨weights=FILE⟩, ⟨grid=HxW⟩, ⟨max_pixels~⟩" and isinstance(error, ValueError)
 
 
 def test_a_whole_network_method_says_it_ignores_layers(resnet, photo: Path) -> None:

@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("extraction", {"extract", "extract.*"}),
     ("methods", {"cams", "cams.targets", "cams.methods", "cams.methods.*"}),
     ("maps from tensors", {"cams.augment", "cams.engine"}),
+    ("a prepared run", {"run.prepare"}),
     ("files", {"inputs", "inputs.*", "outputs", "outputs.*"}),
     ("the Python API", {"api"}),
     ("the engine", {"run", "run.*"}),

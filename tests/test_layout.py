@@ -15,6 +15,7 @@ import torch
 import gradcam_cli
 from conftest import seeded, small_tv_vit, timm_model
 from gradcam_cli.errors import LayoutError
+from gradcam_cli.settings import as_flag
 from gradcam_cli.layout import MAX_PREFIX_TOKENS, Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
 
 timm = pytest.importorskip("timm")
@@ -82,7 +83,7 @@ def test_synthetic_nhwc_needs_the_channels_hint_when_both_readings_fit() -> None
     nchw = seeded(3, 2, 16, 16, 17)
     nhwc = nchw.permute(0, 2, 3, 1).contiguous()  # (2, 16, 17, 16): also reads as 16 channels on 17x16
     shape, size = tuple(nhwc.shape), (64, 64)  # both grids follow the square input about equally well
-    with pytest.raises(LayoutError, match="--grid"):
+    with pytest.raises(LayoutError, match="grid=HxW"):
         detect_layout(shape, size, LayoutHints())
     layout = detect_layout(shape, size, LayoutHints(channels_dim=-1))
     assert layout == Layout("NHWC", (16, 17))
@@ -101,7 +102,7 @@ def test_grid_hint_settles_the_4d_ambiguity_both_ways() -> None:
     shape, size = (2, 6, 8, 12), (48, 64)
     assert detect_layout(shape, size, LayoutHints(grid=(6, 8))) == Layout("NHWC", (6, 8))
     assert detect_layout(shape, size, LayoutHints(grid=(8, 12))) == Layout("NCHW", (8, 12))
-    with pytest.raises(LayoutError, match="--grid"):
+    with pytest.raises(LayoutError, match="has no 5x5 grid; check grid"):
         detect_layout(shape, size, LayoutHints(grid=(5, 5)))
 
 
@@ -167,12 +168,13 @@ def test_non_square_dynamic_size_vit() -> None:
 
 def test_tokens_that_fit_no_grid_ask_for_grid_and_grid_resolves_them() -> None:
     shape, size = (1, 5000, 8), (32, 32)  # more tokens than the input has pixels for
-    with pytest.raises(LayoutError, match="--grid"):
+    with pytest.raises(LayoutError, match="grid=HxW"):
         detect_layout(shape, size, LayoutHints(), "blocks.3")
     assert detect_layout(shape, size, LayoutHints(grid=(50, 100))) == Layout("NLC", (50, 100), 0)
     assert detect_layout(shape, size, LayoutHints(grid=(49, 102))) == Layout("NLC", (49, 102), 2)
-    with pytest.raises(LayoutError, match="5000 tokens; --grid 80x80 needs 6400; no grid of the 32x32 input fits"):
+    with pytest.raises(LayoutError, match="5000 tokens; grid=80x80 needs 6400; no grid of the 32x32 input fits") as info:
         detect_layout(shape, size, LayoutHints(grid=(80, 80)))
+    assert "5000 tokens; --grid 80x80 needs 6400" in info.value.spelled(as_flag)  # what the command line says
 
 
 # -- --grid must fit the token count (issue 9) -----------------------------------
@@ -183,10 +185,11 @@ def test_grid_that_leaves_too_many_prefix_tokens_is_refused_with_the_grid_that_f
     shape = (1, 101, 192)
     with pytest.raises(LayoutError) as caught:
         detect_layout(shape, (160, 160), LayoutHints(grid=(3, 3), num_prefix_tokens=1), "blocks.11.norm1")
-    assert str(caught.value) == (
+    assert caught.value.spelled(as_flag) == (
         "layer 'blocks.11.norm1' output (1, 101, 192) has 101 tokens; --grid 3x3 leaves 92 of them as prefix "
         "tokens (at most 16); a 10x10 grid fits (1 prefix token)"
     )
+    assert "; grid=3x3 leaves 92" in str(caught.value)  # the Python API's words
     # the limit itself is allowed, one more is not
     assert detect_layout((1, 116, 8), (160, 160), LayoutHints(grid=(10, 10))) == Layout("NLC", (10, 10), 16)
     with pytest.raises(LayoutError, match="leaves 17 of them"):
@@ -194,8 +197,9 @@ def test_grid_that_leaves_too_many_prefix_tokens_is_refused_with_the_grid_that_f
 
 
 def test_grid_with_more_cells_than_tokens_names_the_token_count() -> None:
-    with pytest.raises(LayoutError, match=r"has 101 tokens; --grid 11x11 needs 121; a 10x10 grid fits"):
+    with pytest.raises(LayoutError, match=r"has 101 tokens; grid=11x11 needs 121; a 10x10 grid fits") as info:
         detect_layout((1, 101, 8), (160, 160), LayoutHints(grid=(11, 11)), "blocks.0")
+    assert "--grid 11x11 needs 121" in info.value.spelled(as_flag)
 
 
 def test_cli_refuses_a_grid_that_does_not_fit(run_cli, tmp_path) -> None:

@@ -53,7 +53,7 @@ def parse_class(value: str | int, class_names: Sequence[str] | None) -> int:
     if text.lstrip("-").isdigit():
         return int(text)
     if not class_names:
-        raise UsageError(f"--class '{text}': this model has no class names; give an index or --labels FILE")
+        raise UsageError(f"⟨classes='{text}'⟩: this model has no class names; give an index or ⟨labels=FILE⟩")
     lowered = [name.lower() for name in class_names]
     key = text.lower()
     if key in lowered:
@@ -63,14 +63,14 @@ def parse_class(value: str | int, class_names: Sequence[str] | None) -> int:
         return short.index(key)
     close = difflib.get_close_matches(key, short, n=3, cutoff=0.6)
     hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-    raise UsageError(f"--class '{text}' is not a class of this model{hint}; give a name from the labels or an index")
+    raise UsageError(f"⟨classes='{text}'⟩ is not a class of this model{hint}; give a name from the labels or an index")
 
 
 def target_choice(values: Sequence[str | int], topk: int, class_names: Sequence[str] | None) -> TargetChoice:
     if topk < 1:
-        raise UsageError(f"--topk {topk}: must be 1 or more")
+        raise UsageError(f"⟨topk={topk}⟩: must be 1 or more")
     if values and topk > 1:
-        raise UsageError("--class and --topk exclude each other; use one")
+        raise UsageError("⟨classes⟩ and ⟨topk⟩ exclude each other; use one")
     return TargetChoice(classes=tuple(parse_class(v, class_names) for v in values), topk=topk)
 
 

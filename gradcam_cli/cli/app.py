@@ -19,6 +19,7 @@ from gradcam_cli.cli.explain import command_streams, explain
 from gradcam_cli.cli.inspect import layers, methods
 from gradcam_cli.cli.signals import interrupted
 from gradcam_cli.errors import ExitCode, GradcamError, Interrupted
+from gradcam_cli.settings import as_flag
 
 STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`; the run stopped before the end
 
@@ -119,12 +120,12 @@ def main(argv: list[str] | None = None, streams: Streams | None = None) -> None:
     try:
         code = command.main(args=args, prog_name="gradcam", standalone_mode=False, obj=streams)
     except Interrupted as error:
-        print(f"gradcam: {error}", file=stderr)
+        print(f"gradcam: {error.spelled(as_flag)}", file=stderr)
         code = error.exit_code
     except GradcamError as error:
         if debug:
             raise
-        print(f"gradcam: error: {error}", file=stderr)
+        print(f"gradcam: error: {error.spelled(as_flag)}", file=stderr)
         code = error.exit_code
     except (typer.Abort, KeyboardInterrupt):  # Ctrl-C outside a run, as click or Python report it
         print(f"gradcam: {interrupted()}", file=stderr)

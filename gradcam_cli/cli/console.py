@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from gradcam_cli.settings import in_flags
+
 
 @dataclass(frozen=True)
 class Streams:
@@ -118,7 +120,7 @@ class Reporter:
             return  # the reader went away: the engine is only finishing the files being written
         if self.as_json:
             for remark in record.remarks():
-                self._say(remark)
+                self._say(in_flags(remark))
             self._out(record.to_json())
         else:
             self._out(human_line(record))

@@ -9,6 +9,7 @@ import typer
 from gradcam_cli.cli.console import write_line
 from gradcam_cli.cli.explain import command_streams
 from gradcam_cli.errors import ExitCode
+from gradcam_cli.settings import in_flags
 
 
 def layers(
@@ -59,5 +60,5 @@ def methods(ctx: typer.Context) -> int:
 
     width = max(len(name) for name in METHODS)
     for method in METHODS.values():
-        write_line(command_streams(ctx).stdout, f"{method.name:<{width}}  {method.summary} [{method.passes}]")
+        write_line(command_streams(ctx).stdout, f"{method.name:<{width}}  {in_flags(method.summary)} [{method.passes}]")
     return ExitCode.OK

@@ -110,8 +110,8 @@ def load_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
             width, height = image.size
             if 0 < max_pixels < width * height:
                 raise InputError(
-                    f"{path}: {width}x{height} is {width * height:,} pixels, above --max-pixels {max_pixels:,} "
-                    "(a guard against decompression bombs); raise --max-pixels if you trust this file"
+                    f"{path}: {width}x{height} is {width * height:,} pixels, above ⟨max_pixels={max_pixels:,}⟩ "
+                    "(a guard against decompression bombs); raise ⟨max_pixels⟩ if you trust this file"
                 )
             image.seek(0)  # animated GIF, multi-page TIFF: the first frame
             upright = ImageOps.exif_transpose(image)

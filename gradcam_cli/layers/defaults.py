@@ -38,5 +38,5 @@ def _last_spatial_module(model: nn.Module) -> str:
     # forward hooks fire when a module ends, so a stage comes after its last conv
     spatial = [name for name, shape in shapes.items() if name and len(shape) == 4 and min(shape[-2:]) > 1]
     if not spatial:
-        raise LayerError("no layer of this model outputs a spatial map; name one with --layer")
+        raise LayerError("no layer of this model outputs a spatial map; name one with ⟨layers⟩")
     return spatial[-1]

@@ -24,7 +24,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     import torch
 
     if not path.is_file():
-        raise ModelError(f"--weights {path}: no such file")
+        raise ModelError(f"⟨weights={path}⟩: no such file")
     if path.suffix != ".safetensors":
         _check_archive_sizes(path)
     try:
@@ -37,7 +37,7 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     except Exception as error:  # noqa: BLE001 - every failure here means the same to the user
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ModelError(
-            f"--weights {path}: not a loadable tensor checkpoint ({first[:200]}); "
+            f"⟨weights={path}⟩: not a loadable tensor checkpoint ({first[:200]}); "
             "give a .safetensors file or a .pth/.pt state dict (code inside pickles is never run)"
         ) from None
     return _unwrap_state_dict(raw, path)
@@ -64,7 +64,7 @@ def _check_archive_sizes(path: Path) -> None:
     size = path.stat().st_size
     if declared > MAX_INFLATION * size + INFLATION_SLACK:
         raise ModelError(
-            f"--weights {path}: its zip directory declares {_bytes(declared)} of data in a {_bytes(size)} file "
+            f"⟨weights={path}⟩: its zip directory declares {_bytes(declared)} of data in a {_bytes(size)} file "
             "(a compression bomb?); torch.save stores tensors uncompressed, give the checkpoint as it saved it"
         )
 
@@ -87,7 +87,7 @@ def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, torch.Tensor]:
             break
         raw = inner
     if not isinstance(raw, dict) or not raw or not all(isinstance(v, torch.Tensor) for v in raw.values()):
-        raise ModelError(f"--weights {path}: holds no state dict of tensors")
+        raise ModelError(f"⟨weights={path}⟩: holds no state dict of tensors")
     state = {}
     for key, value in raw.items():
         for prefix in STRIPPED_PREFIXES:
@@ -134,11 +134,11 @@ def checkpoint_num_classes(
     weight = state.get(f"{name}.weight")
     if weight is None or own is None:
         return None
-    where, key = f"--weights {path}" if path else "the checkpoint", f"{name}.weight"
+    where, key = f"⟨weights={path}⟩" if path else "the checkpoint", f"{name}.weight"
     if weight.dim() not in (2, 4) or weight.dim() != own.dim():
         raise ModelError(
             f"{where}: classifier weight '{key}' has shape {tuple(weight.shape)}, not (classes, "
-            f"{', '.join(str(d) for d in own.shape[1:])}) like this model's; check --model"
+            f"{', '.join(str(d) for d in own.shape[1:])}) like this model's; check ⟨model⟩"
         )
     if tuple(weight.shape[1:]) != tuple(own.shape[1:]):
         return None  # does not fit this model at all: load_checkpoint names the key
@@ -168,7 +168,7 @@ def load_checkpoint(model: nn.Module, state: dict[str, torch.Tensor], path: Path
             if keys:
                 more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
                 parts.append(f"{label}: {', '.join(one_line(k) for k in keys[:3])}{more}")
-        raise ModelError(f"--weights {path} does not fit this architecture ({'; '.join(parts)}); check --model")
+        raise ModelError(f"⟨weights={path}⟩ does not fit this architecture ({'; '.join(parts)}); check ⟨model⟩")
     _check_dtypes(own, state, path)
     model.load_state_dict(state, strict=True)
 
@@ -179,6 +179,6 @@ def _check_dtypes(own: dict[str, torch.Tensor], state: dict[str, torch.Tensor], 
         if own[key].is_floating_point() and not value.is_floating_point():
             dtype = str(value.dtype).removeprefix("torch.")
             raise ModelError(
-                f"--weights {path}: tensor '{key}' is {dtype}, not floating point; quantized or integer checkpoints "
+                f"⟨weights={path}⟩: tensor '{key}' is {dtype}, not floating point; quantized or integer checkpoints "
                 "are not supported (give the float weights)"
             )

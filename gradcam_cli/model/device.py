@@ -28,15 +28,15 @@ def resolve_device(text: str) -> torch.device:
     try:
         device = torch.device(text)
     except RuntimeError:
-        raise UsageError(f"--device '{text}' is not a device; use auto, cpu, cuda, cuda:N or mps") from None
+        raise UsageError(f"⟨device='{text}'⟩ is not a device; use auto, cpu, cuda, cuda:N or mps") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {text}: CUDA is not available here; use --device cpu or auto")
+        raise UsageError(f"⟨device={text}⟩: CUDA is not available here; use ⟨device=cpu⟩ or auto")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise UsageError(f"--device {text}: only {torch.cuda.device_count()} CUDA device(s) here")
+        raise UsageError(f"⟨device={text}⟩: only {torch.cuda.device_count()} CUDA device(s) here")
     if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise UsageError("--device mps: Apple MPS is not available here; use --device cpu or auto")
+        raise UsageError("⟨device=mps⟩: Apple MPS is not available here; use ⟨device=cpu⟩ or auto")
     if device.type not in ("cpu", "cuda", "mps"):
-        raise UsageError(f"--device '{text}' is not supported; use auto, cpu, cuda, cuda:N or mps")
+        raise UsageError(f"⟨device='{text}'⟩ is not supported; use auto, cpu, cuda, cuda:N or mps")
     return device
 
 
@@ -54,13 +54,13 @@ def resolve_precision(text: str, device: torch.device) -> torch.dtype | None:
 
     text = (text or "auto").strip().lower()
     if text not in PRECISIONS:
-        raise UsageError(f"--precision '{text}' is unknown; use one of {', '.join(PRECISIONS)}")
+        raise UsageError(f"⟨precision='{text}'⟩ is unknown; use one of {', '.join(PRECISIONS)}")
     if text == "auto":
         if device.type != "cuda":
             return None
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     if device.type == "mps" and text != "fp32":
-        raise UsageError(f"--precision {text} is not supported on MPS here; use fp32")
+        raise UsageError(f"⟨precision={text}⟩ is not supported on MPS here; use fp32")
     return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[text]
 
 

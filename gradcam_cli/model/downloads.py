@@ -18,9 +18,9 @@ from gradcam_cli.errors import ModelError
 from gradcam_cli.model.messages import short
 
 OFFLINE_HINT = (
-    "use --weights FILE for a local checkpoint, run once on a connected machine to fill the cache "
+    "use ⟨weights=FILE⟩ for a local checkpoint, run once on a connected machine to fill the cache "
     "(~/.cache/huggingface, ~/.cache/torch) and then set HF_HUB_OFFLINE=1 to use it without the network, "
-    "or --no-pretrained for random weights"
+    "or ⟨pretrained=False⟩ for random weights"
 )
 HUB_PROBE_TIMEOUT_S = 3.0  # a TCP handshake, DNS included; far more than any working link needs
 NOISY_LOGGERS = ("huggingface_hub", "timm", "torch.hub", "urllib3", "httpx", "httpx2", "httpcore", "filelock")

@@ -74,7 +74,7 @@ def build_model(
     label = name.strip()
     source, arch = source_for(label)
     if not arch:
-        raise UsageError("--model is empty; name a timm model, 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
+        raise UsageError("⟨model⟩ is empty; name a timm model, 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
     downloads = source.downloads(arch, pretrained)
     if not pretrained:
         _seed_random_init()
@@ -110,7 +110,7 @@ def load_model(
     model.eval()
     outputs = num_outputs(model)
     if label_names is not None and outputs is not None and len(label_names) != outputs:
-        raise UsageError(f"--labels {labels} names {len(label_names)} classes but the model has {outputs} outputs")
+        raise UsageError(f"⟨labels={labels}⟩ names {len(label_names)} classes but the model has {outputs} outputs")
     names = label_names or (source.class_names(model, arch, outputs) if outputs else None)
     config = source.data_config(model, arch)
     return LoadedModel(model, name.strip(), source, arch, config, names, num_prefix_tokens(model, source, arch))

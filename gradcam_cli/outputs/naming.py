@@ -41,7 +41,7 @@ def ensure_writable(folder: Path) -> None:
             pass
     except OSError as error:
         raise OutputError(
-            f"cannot write to the output folder {folder}: {error.strerror or error}; choose another --output-dir"
+            f"cannot write to the output folder {folder}: {error.strerror or error}; choose another ⟨output_dir⟩"
         ) from None
 
 
@@ -110,5 +110,5 @@ class OutputNamer:
             if path is None:
                 continue
             if self._inputs and {path.resolve(), _location(path)} & self._inputs:
-                raise InputError(f"output {path} would overwrite an input of this run; choose another --output-dir")
+                raise InputError(f"output {path} would overwrite an input of this run; choose another ⟨output_dir⟩")
         return overlay, npy, rgb

@@ -85,6 +85,6 @@ class ImageRecord:
             return [self.error or f"{self.input}: failed"]
         return [
             f"{self.input}: the map for class {t.class_index}{f' ({t.class_name})' if t.class_name else ''} is blank "
-            f"(no positive evidence at {', '.join(self.layers)}); try another --layer or --class"
+            f"(no positive evidence at {', '.join(self.layers)}); try another ⟨layers⟩ or ⟨classes⟩"
             for t in self.blank_targets()
         ]

@@ -29,7 +29,7 @@ from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.resume import existing_outputs
 from gradcam_cli.run.summary import Summary
 from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
-from gradcam_cli.settings import ExplainSettings
+from gradcam_cli.settings import ExplainSettings, as_flag, in_flags
 
 OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
@@ -42,12 +42,12 @@ class Explainer:
         progress: ProgressFn | None = None, checkpoint: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
-        self.warn = warn
+        self.warn = lambda message: warn(in_flags(message))  # the engine serves the command line: its flags
         self.checkpoint = checkpoint  # raises when the run is asked to stop (Ctrl-C); called between images
-        self.prepared: PreparedRun = prepare_run(settings, warn=warn, progress=progress, checkpoint=checkpoint)
+        self.prepared: PreparedRun = prepare_run(settings, warn=self.warn, progress=progress, checkpoint=checkpoint)
         self.namer = _namer(self.prepared)
         self.workers = settings.run.workers or default_workers(self.prepared.device.type)
-        self.batcher = Batcher(self.compute, settings.run.batch_size, self.prepared.device, warn)  # compute: the seam tests replace
+        self.batcher = Batcher(self.compute, settings.run.batch_size, self.prepared.device, self.warn)  # compute: the seam tests replace
         outputs = settings.outputs
         self.writer = ResultWriter(
             self.namer, self.prepared.loaded.class_names, self.prepared.record_context(),
@@ -131,7 +131,7 @@ class Explainer:
                     return item
             item.image = load_image(source.path, self.settings.inputs.max_pixels)
         except InputError as error:
-            item.error = str(error)
+            item.error = error.spelled(as_flag)
             return item
         height, width = item.image.shape[:2]
         config = self.prepared.loaded.data_config
@@ -177,7 +177,7 @@ class Explainer:
                 ) from None
             return self.writer.error_record(item.source.path, f"{item.source.path}: {error}")
         except InputError as error:
-            return self.writer.error_record(item.source.path, f"{item.source.path}: {error}")
+            return self.writer.error_record(item.source.path, f"{item.source.path}: {error.spelled(as_flag)}")
         finally:
             item.image = item.array = None
 

@@ -26,7 +26,7 @@ from gradcam_cli.model import load as model_load
 from gradcam_cli.model.device import place_model, resolve_device, resolve_precision
 from gradcam_cli.settings import ExplainSettings
 
-NO_PRETRAINED = ("--no-pretrained: random (seeded) weights; the classes and maps mean nothing "
+NO_PRETRAINED = ("⟨pretrained=False⟩: random (seeded) weights; the classes and maps mean nothing "
                  "(useful only to try the tool or a layer path)")
 
 
@@ -92,28 +92,37 @@ class PreparedRun:
 
 
 def prepare_run(settings: ExplainSettings, *, warn: Callable[[str], None] = lambda _m: None,
-                progress: ProgressFn | None = None, checkpoint: Callable[[], None] = lambda: None) -> PreparedRun:
-    """Check the method's options, build and place the model, resolve its layers and the classes to explain."""
+                progress: ProgressFn | None = None, checkpoint: Callable[[], None] = lambda: None,
+                loaded: model_load.LoadedModel | None = None, device: torch.device | None = None,
+                notices: bool = True) -> PreparedRun:
+    """Check the method's options, build and place the model, resolve its layers and the classes to explain.
+
+    The Python API passes a model it loaded already (`loaded`, on `device`) and asks for no notices
+    (`notices=False`: no measured cost of the masked forwards before each image).
+    """
     method = get_method(settings.target.method)
     _check_method_options(settings, method, warn)
-    device = resolve_device(settings.run.device)
+    device = device or resolve_device(settings.run.device)
     maps = settings.maps
-    options = CamOptions(maps.relu, maps.norm, maps.combine, maps.eigen_smooth, maps.aug_smooth, maps.cam_batch_size,
-                         resolve_precision(settings.run.precision, device), _checked_progress(progress, checkpoint))
+    options = CamOptions(relu=maps.relu, norm=maps.norm, combine=maps.combine, eigen_smooth=maps.eigen_smooth,
+                         aug_smooth=maps.aug_smooth, cam_batch_size=maps.cam_batch_size,
+                         precision=resolve_precision(settings.run.precision, device),
+                         progress=_checked_progress(progress, checkpoint))
     model = settings.model
-    loaded = model_load.load_model(model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels)
+    if loaded is None:
+        loaded = model_load.load_model(model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels)
     paths = list(settings.target.layers) or default_layer_paths(loaded.model, loaded.arch, loaded.source)
     layers = resolve_layers(loaded.model, paths, loaded.name)
-    notices: list[str] = []
+    said: list[str] = []
     targets = _fit_topk(target_choice(settings.target.classes, settings.target.topk, loaded.class_names),
-                        model_load.num_outputs(loaded.model), notices.append)
+                        model_load.num_outputs(loaded.model), said.append)
     if not model.pretrained and model.weights is None:
-        notices.append(NO_PRETRAINED)
+        said.append(NO_PRETRAINED)
     prepared = PreparedRun(settings=settings, loaded=loaded, method=method, layers=layers, targets=targets,
                            device=device, options=options, channels_last=place_model(loaded.model, device),
-                           notices=notices)
-    if method.kind == MethodKind.PERTURBATION:
-        notices.append(_perturbation_cost(prepared))
+                           notices=said if notices else [])
+    if notices and method.kind == MethodKind.PERTURBATION:
+        said.append(_perturbation_cost(prepared))
     return prepared
 
 
@@ -127,8 +136,8 @@ def _perturbation_cost(run: PreparedRun) -> str:
     layers = ", ".join(f"{name}: {count:,} channels" for name, count in cost.channels.items())
     return (
         f"{run.method.name} runs {cost.forwards_per_image:,} masked forwards per image ({layers}), about "
-        f"{_duration(cost.seconds_per_image)} per image on {run.device}; cheaper: --method gradcam "
-        "(one backward), a --layer with fewer channels, or a GPU"
+        f"{_duration(cost.seconds_per_image)} per image on {run.device}; cheaper: ⟨method=gradcam⟩ "
+        "(one backward), a ⟨layers⟩ with fewer channels, or a GPU"
     )
 
 
@@ -155,13 +164,13 @@ def _fit_topk(targets: TargetChoice, classes: int | None, warn: Callable[[str], 
     """--topk above the number of classes explains every class, and says so once."""
     if classes is None or targets.classes or targets.topk <= classes:
         return targets
-    warn(f"--topk {targets.topk}: the model has only {classes} classes; explaining all {classes}")
+    warn(f"⟨topk={targets.topk}⟩: the model has only {classes} classes; explaining all {classes}")
     return TargetChoice(topk=classes)
 
 
 def _check_method_options(settings: ExplainSettings, method: CamMethod, warn: Callable[[str], None]) -> None:
     """Options that only some methods use: refuse the impossible, say what is ignored."""
     if settings.outputs.save_guided and not method.guided:
-        raise UsageError("--save-guided writes the guided backpropagation image; it needs --method guided-gradcam")
+        raise UsageError("⟨save_guided⟩ writes the guided backpropagation image; it needs ⟨method=guided-gradcam⟩")
     if method.network_layers is not None and settings.target.layers:
-        warn(f"{method.name} uses the input and every conv/batch-norm bias of the network; --layer is ignored")
+        warn(f"{method.name} uses the input and every conv/batch-norm bias of the network; ⟨layers⟩ is ignored")

@@ -119,7 +119,7 @@ def get_method(name: str) -> CamMethod:
         return METHODS[key]
     close = difflib.get_close_matches(key, list(METHODS), n=1, cutoff=0.5)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
-    raise UsageError(f"unknown --method '{name}'{hint}; available: {', '.join(METHODS)}")
+    raise UsageError(f"unknown ⟨method⟩ '{name}'{hint}; available: {', '.join(METHODS)}")
 
 
 def method_names() -> list[str]:
