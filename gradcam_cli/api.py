@@ -24,7 +24,8 @@ from gradcam_cli.geometry import Geometry, map_to_original, plan_geometry, to_in
 from gradcam_cli.inputs.decode import _pil_to_rgb, load_image
 from gradcam_cli.layers.defaults import default_layer_paths
 from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer
-from gradcam_cli.maps import CamOptions, normalise
+from gradcam_cli.maps import CamOptions, member_of, normalise
+from gradcam_cli.vocab import Combine, Norm
 from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.load import load_model as load_loaded_model
@@ -309,8 +310,8 @@ def cam(
     if isinstance(layers, str) or not isinstance(layers, Sequence):
         layers = [layers]
     resolved = [_as_resolved(model, layer) for layer in layers]
-    options = CamOptions(relu=relu, norm=norm, combine=combine, eigen_smooth=eigen_smooth, aug_smooth=aug_smooth,
-                         cam_batch_size=cam_batch_size)
+    options = CamOptions(relu=relu, norm=member_of(Norm, "norm", norm), combine=member_of(Combine, "combine", combine),
+                         eigen_smooth=eigen_smooth, aug_smooth=aug_smooth, cam_batch_size=cam_batch_size)
     batch = compute_cams(model, x, resolved, get_method(method), _as_choice(classes), options=options,
                          num_prefix_tokens=getattr(model, "num_prefix_tokens", None), grid=grid,
                          model_name=type(model).__name__)

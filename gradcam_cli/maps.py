@@ -40,13 +40,14 @@ class CamOptions:
     progress: ProgressFn | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "norm", _member(Norm, "norm", self.norm))  # a plain string from a Python caller
-        object.__setattr__(self, "combine", _member(Combine, "combine", self.combine))
+        object.__setattr__(self, "norm", member_of(Norm, "norm", self.norm))  # a plain string from a Python caller
+        object.__setattr__(self, "combine", member_of(Combine, "combine", self.combine))
         if self.cam_batch_size < 1:
             raise UsageError(f"cam_batch_size {self.cam_batch_size}: must be 1 or more")
 
 
-def _member(enum: type[Norm] | type[Combine], name: str, value: object) -> Any:
+def member_of(enum: type[Norm] | type[Combine], name: str, value: object) -> Any:
+    """A choice given as text (a Python caller's "none") as its enum member, or one clear UsageError."""
     try:
         return enum(value)
     except ValueError:
