@@ -7,6 +7,7 @@ as ours is, so both programs write the same pictures.
 
     python benchmarks/reference_gradcam.py FOLDER OUT --model resnet50
 """
+
 from __future__ import annotations
 
 import argparse

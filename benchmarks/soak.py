@@ -23,6 +23,7 @@ as a child process, samples the child's RSS (VmRSS in /proc/PID/status) every
 Prints a short report; exits 1 if any check fails. Linux only (reads /proc).
 Not part of the test suite.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,13 +77,27 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
-def run_child(folder: Path, out: Path, batch: int, stdout_path: Path, stderr_path: Path,
-              interval: float) -> tuple[int, list[tuple[float, int, float]], float]:
+def run_child(
+    folder: Path, out: Path, batch: int, stdout_path: Path, stderr_path: Path, interval: float
+) -> tuple[int, list[tuple[float, int, float]], float]:
     """Run the CLI; samples are (seconds since start, records printed so far, RSS MB)."""
     env = dict(os.environ)
     env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"})
-    command = [sys.executable, "-m", "gradcam_cli", "explain", str(folder), "--model", "test_resnet",
-               "--no-pretrained", "-b", str(batch), "--json", "-o", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "gradcam_cli",
+        "explain",
+        str(folder),
+        "--model",
+        "test_resnet",
+        "--no-pretrained",
+        "-b",
+        str(batch),
+        "--json",
+        "-o",
+        str(out),
+    ]
     samples: list[tuple[float, int, float]] = []
     start = time.perf_counter()
     with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
@@ -118,8 +133,7 @@ def main() -> int:
         paths, broken = make_images(folder, args.count, args.broken_every)
         made = time.perf_counter() - t0
         print(f"generated {len(paths)} images ({len(broken)} broken) in {made:.1f} s under {folder}")
-        code, samples, wall = run_child(folder, out, args.batch, work / "stdout.jsonl", work / "stderr.txt",
-                                        args.interval)
+        code, samples, wall = run_child(folder, out, args.batch, work / "stdout.jsonl", work / "stderr.txt", args.interval)
         records = [json.loads(line) for line in (work / "stdout.jsonl").read_text().splitlines() if line.strip()]
         stderr_tail = (work / "stderr.txt").read_text(errors="replace").strip().splitlines()[-1:]
         overlays = sum(1 for _ in out.rglob("*.png")) if out.exists() else 0
@@ -144,29 +158,33 @@ def report(args, paths, broken, code, samples, wall, records, stderr_tail, overl
     peak = max((mb for *_, mb in samples), default=float("nan"))
     steady = (n - 1) / (wall - first_record) if first_record and wall > first_record else float("nan")
 
-    print(f"\n{n} inputs, batch {args.batch}: exit code {code}, {wall:.1f} s wall "
-          f"(first record after {first_record or float('nan'):.1f} s, then {steady:.1f} images/s), "
-          f"{len(samples)} RSS samples")
+    print(
+        f"\n{n} inputs, batch {args.batch}: exit code {code}, {wall:.1f} s wall "
+        f"(first record after {first_record or float('nan'):.1f} s, then {steady:.1f} images/s), "
+        f"{len(samples)} RSS samples"
+    )
     if stderr_tail:
         print(f"  stderr: {stderr_tail[0]}")
     if warm and end:
-        print(f"  RSS: peak {max(warm):.1f} MB over records 10-20%, peak {max(end):.1f} MB over the last 10%, "
-              f"final {end[-1]:.1f} MB, overall peak {peak:.1f} MB")
+        print(
+            f"  RSS: peak {max(warm):.1f} MB over records 10-20%, peak {max(end):.1f} MB over the last 10%, "
+            f"final {end[-1]:.1f} MB, overall peak {peak:.1f} MB"
+        )
     print(f"  records: {len(records)} ({len(ok_records)} ok, {len(failed)} failed), {overlays} overlays written")
     print("checks:")
     if warm and end:
         growth = max(end) / max(warm) - 1.0
-        check(growth <= args.tolerance, f"RSS flat: last 10% peak within {args.tolerance:.0%} of the 10-20% peak "
-                                         f"({growth:+.1%})")
+        check(growth <= args.tolerance, f"RSS flat: last 10% peak within {args.tolerance:.0%} of the 10-20% peak ({growth:+.1%})")
     else:
         check(False, "RSS flat: enough samples in the 10-20% and last-10% windows (run more images?)")
     twice = [p for p, c in inputs.items() if c > 1]
     check(not twice, f"no input has two records ({len(twice)} have)")
-    check(set(inputs) == set(paths), f"the records' inputs are the generated files "
-                                     f"({len(set(paths) - set(inputs))} missing, {len(set(inputs) - set(paths))} extra)")
+    check(
+        set(inputs) == set(paths),
+        f"the records' inputs are the generated files ({len(set(paths) - set(inputs))} missing, {len(set(inputs) - set(paths))} extra)",
+    )
     check(len(ok_records) + len(failed) == n, f"ok + failed == inputs ({len(ok_records)} + {len(failed)} vs {n})")
-    check(failed == broken, f"failed == the broken files ({len(failed)} vs {len(broken)}, "
-                            f"{len(failed ^ broken)} differ)")
+    check(failed == broken, f"failed == the broken files ({len(failed)} vs {len(broken)}, {len(failed ^ broken)} differ)")
     check(overlays == len(ok_records), f"one overlay per ok record ({overlays} vs {len(ok_records)})")
     expected = 1 if broken else 0
     check(code == expected, f"exit code {expected} ({code})")

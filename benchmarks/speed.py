@@ -14,6 +14,7 @@ backward from the scores to the target layer with frozen parameters.
 
 Not a test: timings depend on the machine. Prints ratios, which travel better.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,13 +70,27 @@ def run_timed(command: list[str]) -> Timed:
 
 
 def ours_command(folder: Path, out: Path, model: str, batch_size: int, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "gradcam_cli", "explain", str(folder), "--model", model, "--no-pretrained",
-            "-o", str(out), "--batch-size", str(batch_size), "--json", "-q", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "gradcam_cli",
+        "explain",
+        str(folder),
+        "--model",
+        model,
+        "--no-pretrained",
+        "-o",
+        str(out),
+        "--batch-size",
+        str(batch_size),
+        "--json",
+        "-q",
+        *extra,
+    ]
 
 
 def reference_command(folder: Path, out: Path, model: str, device: str = "cpu") -> list[str]:
-    return [sys.executable, str(HERE / "reference_gradcam.py"), str(folder), str(out), "--model", model,
-            "--device", device]
+    return [sys.executable, str(HERE / "reference_gradcam.py"), str(folder), str(out), "--model", model, "--device", device]
 
 
 def compute_vs_lower_bound(
@@ -146,8 +161,9 @@ def _steady(images: int, seconds: float, startup: float) -> float | None:
     return (images - 1) / work if images >= 16 and work > 0.1 * seconds else None
 
 
-def benchmark_model(model: str, folder: Path, one: Path, images: int, rounds: int,
-                    configs: list[tuple[int, str]], extra: list[str], device: str) -> list[dict]:
+def benchmark_model(
+    model: str, folder: Path, one: Path, images: int, rounds: int, configs: list[tuple[int, str]], extra: list[str], device: str
+) -> list[dict]:
     """End to end on the folder and on one image (start-up), the programs alternating; a row per (batch, precision)."""
     runs: dict[str, list[Timed]] = {}
     reference = importlib.util.find_spec("pytorch_grad_cam") is not None
@@ -155,8 +171,7 @@ def benchmark_model(model: str, folder: Path, one: Path, images: int, rounds: in
         for r in range(rounds):
             for batch, precision in configs:
                 for name, source in ((f"ours{batch}{precision}", folder), (f"ours{batch}{precision}_1", one)):
-                    command = ours_command(source, Path(tmp) / f"{r}{name}", model, batch,
-                                           [*extra, "--precision", precision])
+                    command = ours_command(source, Path(tmp) / f"{r}{name}", model, batch, [*extra, "--precision", precision])
                     runs.setdefault(name, []).append(run_timed(command))
                 if reference:
                     for name, source in (("ref", folder), ("ref_1", one)):
@@ -168,18 +183,24 @@ def benchmark_model(model: str, folder: Path, one: Path, images: int, rounds: in
     for batch, precision in configs:
         name = f"ours{batch}{precision}"
         compute, bound = compute_vs_lower_bound(model, batch, device=device, precision=precision)
-        rows.append({
-            "model": model, "batch": batch, "precision": precision,
-            "ours_ips": images / best[name],
-            "ref_ips": images / best["ref"] if reference else None,
-            "speedup": best["ref"] / best[name] if reference else None,
-            "steady_ours": steady[name],
-            "steady_ref": steady.get("ref"),
-            "steady_speedup": steady[name] / steady["ref"] if reference and steady[name] and steady["ref"] else None,
-            "compute_s": compute, "bound_s": bound, "compute_ratio": compute / bound,
-            "ours_rss": max(t.peak_rss_mb for t in runs[name]),
-            "ref_rss": max(t.peak_rss_mb for t in runs["ref"]) if reference else None,
-        })
+        rows.append(
+            {
+                "model": model,
+                "batch": batch,
+                "precision": precision,
+                "ours_ips": images / best[name],
+                "ref_ips": images / best["ref"] if reference else None,
+                "speedup": best["ref"] / best[name] if reference else None,
+                "steady_ours": steady[name],
+                "steady_ref": steady.get("ref"),
+                "steady_speedup": steady[name] / steady["ref"] if reference and steady[name] and steady["ref"] else None,
+                "compute_s": compute,
+                "bound_s": bound,
+                "compute_ratio": compute / bound,
+                "ours_rss": max(t.peak_rss_mb for t in runs[name]),
+                "ref_rss": max(t.peak_rss_mb for t in runs["ref"]) if reference else None,
+            }
+        )
     return rows
 
 
@@ -203,8 +224,11 @@ def table(rows: list[dict], images: int, rounds: int, command: str, device: str)
             f"{r['compute_ratio']:.2f} ({r['compute_s'] * 1000:.0f} / {r['bound_s'] * 1000:.0f} ms per batch) | "
             f"{r['ours_rss']:.0f} / {_x(r['ref_rss'], 0)} MB |"
         )
-    where = torch.cuda.get_device_name() if device.startswith("cuda") else (
-        f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), {torch.get_num_threads()} threads")
+    where = (
+        torch.cuda.get_device_name()
+        if device.startswith("cuda")
+        else (f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}), {torch.get_num_threads()} threads")
+    )
     lines.append("")
     lines.append(
         f"{images} JPEGs of 800x600, random weights, best of {rounds} alternating rounds; end to end includes "
@@ -238,8 +262,10 @@ def rss_check(model: str, small: int, large: int, batch_size: int) -> None:
         a = run_timed(ours_command(few, Path(tmp) / "out_few", model, batch_size, []))
         b = run_timed(ours_command(folder, Path(tmp) / "out_all", model, batch_size, []))
     growth = b.peak_rss_mb / a.peak_rss_mb - 1
-    print(f"peak RSS, {model}: {small} images {a.peak_rss_mb:.0f} MB ({small / a.seconds:.1f} img/s), "
-          f"{large} images {b.peak_rss_mb:.0f} MB ({large / b.seconds:.1f} img/s): {growth * 100:+.1f}%")
+    print(
+        f"peak RSS, {model}: {small} images {a.peak_rss_mb:.0f} MB ({small / a.seconds:.1f} img/s), "
+        f"{large} images {b.peak_rss_mb:.0f} MB ({large / b.seconds:.1f} img/s): {growth * 100:+.1f}%"
+    )
 
 
 def main() -> None:
@@ -271,9 +297,12 @@ def main() -> None:
             configs = [(int(b), p) for b in args.batch_sizes.split(",") for p in args.precisions.split(",")]
             for row in benchmark_model(model, folder, one, args.images, args.rounds, configs, extra, args.device):
                 rows.append(row)
-                print(f"{model} batch {row['batch']} {row['precision']}: ours {row['ours_ips']:.2f} img/s, "
-                      f"reference {_x(row['ref_ips'])} img/s, speed-up {_x(row['speedup'])} "
-                      f"(steady {_x(row['steady_speedup'])}); compute/lower bound {row['compute_ratio']:.2f}", flush=True)
+                print(
+                    f"{model} batch {row['batch']} {row['precision']}: ours {row['ours_ips']:.2f} img/s, "
+                    f"reference {_x(row['ref_ips'])} img/s, speed-up {_x(row['speedup'])} "
+                    f"(steady {_x(row['steady_speedup'])}); compute/lower bound {row['compute_ratio']:.2f}",
+                    flush=True,
+                )
     command = re.sub(r" --readme| --table \S+", "", " ".join(["python benchmarks/speed.py", *sys.argv[1:]]))
     text = table(rows, args.images, args.rounds, command, args.device)
     print(text)

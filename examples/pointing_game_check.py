@@ -87,8 +87,7 @@ def main() -> int:
             per_size[(w, h)][0] += hit
             per_size[(w, h)][1] += 1
             if args.verbose and not hit:
-                print(f"  miss #{i}: {w}x{h} {CLASSES[cls]} (pred {CLASSES[pred]}) box={box} "
-                      f"argmax=({xx},{yy}) dist={d:.0f}px")
+                print(f"  miss #{i}: {w}x{h} {CLASSES[cls]} (pred {CLASSES[pred]}) box={box} argmax=({xx},{yy}) dist={d:.0f}px")
 
     rate = hits / args.n
     print("per size: " + ", ".join(f"{w}x{h} {a}/{b}" for (w, h), (a, b) in per_size.items()))

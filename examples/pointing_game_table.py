@@ -41,9 +41,12 @@ from gradcam_cli.cams.methods import METHODS  # noqa: E402  (the registry; impor
 README = ROOT / "README.md"
 START, END = "<!-- pointing-game-table:start -->", "<!-- pointing-game-table:end -->"
 MODEL_ARGS = [
-    "--model", "test_resnet",
-    "--weights", str(HERE / "shapes_model" / "shapes_test_resnet.safetensors"),
-    "--labels", str(HERE / "shapes_model" / "labels.txt"),
+    "--model",
+    "test_resnet",
+    "--weights",
+    str(HERE / "shapes_model" / "shapes_test_resnet.safetensors"),
+    "--labels",
+    str(HERE / "shapes_model" / "labels.txt"),
 ]
 # Grad-CAM's post-processing variants, each an extra row right after plain gradcam.
 VARIANTS = {"gradcam": [["--aug-smooth"], ["--eigen-smooth"]]}
@@ -80,8 +83,22 @@ def make_scenes(folder: Path, n: int, seed: int) -> dict[str, tuple[int, tuple[i
 
 
 def run_method(row: Row, scenes: Path, out: Path, truth: dict, tolerance: float) -> Row:
-    command = [sys.executable, "-m", "gradcam_cli.cli.app", "explain", str(scenes), *MODEL_ARGS,
-               "--method", row.method, *row.flags, "--save-raw", "--json", "-q", "-o", str(out)]
+    command = [
+        sys.executable,
+        "-m",
+        "gradcam_cli.cli.app",
+        "explain",
+        str(scenes),
+        *MODEL_ARGS,
+        "--method",
+        row.method,
+        *row.flags,
+        "--save-raw",
+        "--json",
+        "-q",
+        "-o",
+        str(out),
+    ]
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
     row.seconds = time.perf_counter() - started
@@ -116,13 +133,18 @@ def table(rows: list[Row], n: int, seed: int, tolerance: float) -> str:
     lines = ["| method | hits | hit rate | accuracy | blank maps | s / image |", "|---|---:|---:|---:|---:|---:|"]
     for row in rows:
         failed = f" ({row.failed} failed)" if row.failed else ""
-        lines.append(f"| `{row.label}` | {row.hits}/{row.scenes}{failed} | {row.hits / row.scenes:.0%} "
-                     f"| {row.correct / row.scenes:.0%} | {row.blank} | {row.seconds / row.scenes:.3f} |")
+        lines.append(
+            f"| `{row.label}` | {row.hits}/{row.scenes}{failed} | {row.hits / row.scenes:.0%} "
+            f"| {row.correct / row.scenes:.0%} | {row.blank} | {row.seconds / row.scenes:.3f} |"
+        )
     sizes = ", ".join(f"{w}x{h}" for w, h in SIZES)
-    lines += ["", f"`python examples/pointing_game_table.py`: {n} scenes (seed {seed}, sizes {sizes}, JPEG), "
-                  f"hit = hottest pixel of the `--save-raw` map within {tolerance:g} px of the box; "
-                  "s / image is the wall time of the method's whole `gradcam explain` run on CPU "
-                  "divided by the scenes, so it includes starting Python and loading the model."]
+    lines += [
+        "",
+        f"`python examples/pointing_game_table.py`: {n} scenes (seed {seed}, sizes {sizes}, JPEG), "
+        f"hit = hottest pixel of the `--save-raw` map within {tolerance:g} px of the box; "
+        "s / image is the wall time of the method's whole `gradcam explain` run on CPU "
+        "divided by the scenes, so it includes starting Python and loading the model.",
+    ]
     return "\n".join(lines)
 
 
@@ -165,8 +187,12 @@ def main() -> int:
         for row in rows:
             slug = row.label.replace(" --", "_").replace("+", "p")
             run_method(row, scenes, work / f"out_{slug}", truth, args.tolerance)
-            print(f"{row.label:28s} {row.hits:3d}/{row.scenes} hits, {row.correct} correct, {row.blank} blank, "
-                  f"{row.failed} failed, {row.seconds:6.1f}s", file=sys.stderr, flush=True)
+            print(
+                f"{row.label:28s} {row.hits:3d}/{row.scenes} hits, {row.correct} correct, {row.blank} blank, "
+                f"{row.failed} failed, {row.seconds:6.1f}s",
+                file=sys.stderr,
+                flush=True,
+            )
             if args.verbose:
                 for miss in row.misses:
                     print(f"    {miss}", file=sys.stderr)

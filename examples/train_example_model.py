@@ -112,8 +112,7 @@ def main() -> None:
     xwu, ywu = make_dataset(args.seed + 2, args.n_warmup, size, interp, WARMUP_SIZE_RANGE)
     xtr, ytr = make_dataset(args.seed, args.n_train, size, interp)
     xva, yva = make_dataset(args.seed + 1, args.n_val, size, interp)
-    print(f"data: {len(xwu)} warm-up + {len(xtr)} train / {len(xva)} val scenes in {time.time() - t0:.0f}s",
-          flush=True)
+    print(f"data: {len(xwu)} warm-up + {len(xtr)} train / {len(xva)} val scenes in {time.time() - t0:.0f}s", flush=True)
 
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     gen = torch.Generator().manual_seed(args.seed)
@@ -143,25 +142,23 @@ def main() -> None:
 
     for epoch in range(args.warmup_epochs):
         loss = run_epoch(xwu, ywu)
-        print(f"warm-up {epoch + 1}/{args.warmup_epochs}: loss {loss:.3f}  val acc {evaluate():.3f}  "
-              f"({time.time() - t0:.0f}s)", flush=True)
+        print(f"warm-up {epoch + 1}/{args.warmup_epochs}: loss {loss:.3f}  val acc {evaluate():.3f}  ({time.time() - t0:.0f}s)", flush=True)
     steps = args.epochs * ((len(xtr) + args.batch_size - 1) // args.batch_size)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps, eta_min=args.lr * 0.02)
     for epoch in range(args.epochs):
         loss = run_epoch(xtr, ytr, sched)
-        print(f"epoch {epoch + 1}/{args.epochs}: loss {loss:.3f}  val acc {evaluate():.3f}  "
-              f"({time.time() - t0:.0f}s)", flush=True)
+        print(f"epoch {epoch + 1}/{args.epochs}: loss {loss:.3f}  val acc {evaluate():.3f}  ({time.time() - t0:.0f}s)", flush=True)
 
     acc = evaluate()
     OUT_DIR.mkdir(exist_ok=True)
     model.eval()
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(WEIGHTS), metadata={"model": MODEL_NAME, "classes": ",".join(CLASSES),
-                                             "val_acc": f"{acc:.4f}", "seed": str(args.seed)})
+    save_file(
+        state, str(WEIGHTS), metadata={"model": MODEL_NAME, "classes": ",".join(CLASSES), "val_acc": f"{acc:.4f}", "seed": str(args.seed)}
+    )
     (OUT_DIR / "labels.txt").write_text("\n".join(CLASSES) + "\n")
     print(f"final validation accuracy: {acc:.4f}")
-    print(f"saved {WEIGHTS.relative_to(HERE.parent)} ({WEIGHTS.stat().st_size / 1e6:.2f} MB); "
-          f"total time {time.time() - t0:.0f}s")
+    print(f"saved {WEIGHTS.relative_to(HERE.parent)} ({WEIGHTS.stat().st_size / 1e6:.2f} MB); total time {time.time() - t0:.0f}s")
 
 
 if __name__ == "__main__":

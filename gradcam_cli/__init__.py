@@ -3,6 +3,7 @@
 The package import stays light (no torch) so that `gradcam --help` starts fast;
 the Python API imports the heavy modules on first use.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

@@ -1,4 +1,5 @@
 """`python -m gradcam_cli` runs the `gradcam` command."""
+
 from gradcam_cli.cli.app import main
 
 if __name__ == "__main__":

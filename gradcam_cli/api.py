@@ -5,6 +5,7 @@ back onto the photo, the overlay, the record), so its map is the `.npy` the CLI 
 are the package's GradcamError subclasses; their messages name this API's arguments (the CLI spells the same
 marks as its flags).
 """
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,11 @@ class ReadyModel(LoadedModel):
 
 
 def load_model(
-    name: str, weights: str | os.PathLike[str] | None = None, labels: str | os.PathLike[str] | None = None,
-    pretrained: bool = True, device: str | torch.device = "auto",
+    name: str,
+    weights: str | os.PathLike[str] | None = None,
+    labels: str | os.PathLike[str] | None = None,
+    pretrained: bool = True,
+    device: str | torch.device = "auto",
 ) -> ReadyModel:
     """The model as `gradcam explain --model NAME` builds it: eval mode, its own data config and class names, placed.
 
@@ -71,15 +75,15 @@ def load_model(
     then MPS, then CPU), cpu, cuda, cuda:N or mps. Load once, then explain() any number of images with it.
     """
     if not isinstance(name, str) or not name.strip():
-        raise UsageError(f"{name!r} is not a model name",
-                         hint="name a timm model ('resnet50'), 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
+        raise UsageError(f"{name!r} is not a model name", hint="name a timm model ('resnet50'), 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
     placed_on = resolve_device(str(device))  # before the load, as a run does: a bad device costs no download
     weights_path, labels_path = (None if p is None else Path(p) for p in (weights, labels))
     loaded = load_loaded_model(name, pretrained=bool(pretrained), weights=weights_path, labels=labels_path)
     channels_last = place_model(loaded.model, placed_on)
     built = {f.name: getattr(loaded, f.name) for f in fields(LoadedModel)}
-    return ReadyModel(**built, device=placed_on, channels_last=channels_last, pretrained=bool(pretrained),
-                      weights=weights_path, labels=labels_path)
+    return ReadyModel(
+        **built, device=placed_on, channels_last=channels_last, pretrained=bool(pretrained), weights=weights_path, labels=labels_path
+    )
 
 
 def _ready(model: ReadyModel | str) -> ReadyModel:
@@ -87,8 +91,10 @@ def _ready(model: ReadyModel | str) -> ReadyModel:
     if isinstance(model, str):
         return load_model(model)
     if not isinstance(model, ReadyModel):
-        raise UsageError(f"model must be what gradcam_cli.load_model() returned, or a model name such as 'resnet50'; "
-                         f"not {type(model).__name__}", hint="for a torch module of your own, call gradcam_cli.cam(module, x)")
+        raise UsageError(
+            f"model must be what gradcam_cli.load_model() returned, or a model name such as 'resnet50'; not {type(model).__name__}",
+            hint="for a torch module of your own, call gradcam_cli.cam(module, x)",
+        )
     tensor = next(iter([*model.model.parameters(), *model.model.buffers()]), None)
     if tensor is None or (tensor.device.type == model.device.type and model.device.index in (None, tensor.device.index)):
         return model
@@ -98,8 +104,10 @@ def _ready(model: ReadyModel | str) -> ReadyModel:
 def _pixels(array: np.ndarray, what: str) -> np.ndarray:
     if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
         shape = "x".join(map(str, array.shape)) or "a scalar"
-        raise InputError(f"{what} is {shape} {array.dtype}, not RGB pixels (height x width x 3, uint8)",
-                         hint="convert it: np.asarray(pil_image.convert('RGB')), or (rgb * 255).round().astype(np.uint8)")
+        raise InputError(
+            f"{what} is {shape} {array.dtype}, not RGB pixels (height x width x 3, uint8)",
+            hint="convert it: np.asarray(pil_image.convert('RGB')), or (rgb * 255).round().astype(np.uint8)",
+        )
     if array.shape[0] < 1 or array.shape[1] < 1:
         raise InputError(f"{what} has no pixels")
     return np.ascontiguousarray(array)
@@ -119,8 +127,10 @@ def _photo(image: Any, max_pixels: int) -> tuple[np.ndarray, str]:
             raise InputError(f"the PIL image cannot be decoded ({str(error).strip() or type(error).__name__})") from None
     if isinstance(image, np.ndarray):
         return _pixels(image, "the image array"), "<array>"
-    raise InputError(f"explain() takes an image file's path, a PIL image or an RGB uint8 array, not {type(image).__name__}",
-                     hint="for a batch of tensors, call gradcam_cli.cam(model.model, x)")
+    raise InputError(
+        f"explain() takes an image file's path, a PIL image or an RGB uint8 array, not {type(image).__name__}",
+        hint="for a batch of tensors, call gradcam_cli.cam(model.model, x)",
+    )
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
@@ -189,8 +199,10 @@ def _layer_paths(model: nn.Module, layers: LayerSpec | Sequence[LayerSpec] | Non
     paths = []
     for layer in [] if layers is None else [layers] if isinstance(layers, str) or not isinstance(layers, Sequence) else layers:
         if not isinstance(layer, str) and id(layer) not in names:
-            raise LayerError(f"layer {type(layer).__name__} is not a module of this model",
-                             hint="pass one of model.model.modules() or a dotted path (see `gradcam layers`)")
+            raise LayerError(
+                f"layer {type(layer).__name__} is not a module of this model",
+                hint="pass one of model.model.modules() or a dotted path (see `gradcam layers`)",
+            )
         paths.append(layer if isinstance(layer, str) else names[id(layer)])
     return paths
 
@@ -199,8 +211,9 @@ def _prepare(ready: ReadyModel, settings: ExplainSettings, layers: LayerSpec | S
     """Method, layers, classes and options, resolved by the code that prepares a CLI run (run/prepare.py)."""
     paths = tuple(_layer_paths(ready.model, layers))
     settings = replace(settings, target=replace(settings.target, layers=paths))
-    return prepare_run(settings, loaded=ready, device=ready.device, notices=False,
-                       warn=lambda message: warnings.warn(spelled(message), stacklevel=4))
+    return prepare_run(
+        settings, loaded=ready, device=ready.device, notices=False, warn=lambda message: warnings.warn(spelled(message), stacklevel=4)
+    )
 
 
 def _compute(run: PreparedRun, array: np.ndarray) -> CamBatch:
@@ -229,8 +242,7 @@ def _class_map(run: PreparedRun, photo: np.ndarray, geometry: Geometry, cams: Ca
     name, score, probability = _class_name(run.loaded.class_names, index), float(cams.logits[0, index]), float(probabilities[index])
     record = TargetRecord(index, name, round(score, 6), round(probability, 6), bool(cams.blank[0, k]))
     heat = Image.fromarray(overlay(photo, shown, outputs.colormap, outputs.alpha))
-    return ClassMap(index, name, record.probability, record.score, record.blank, _read_only(shown), _read_only(raw),
-                    heat, guided, record)
+    return ClassMap(index, name, record.probability, record.score, record.blank, _read_only(shown), _read_only(raw), heat, guided, record)
 
 
 def _explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geometry, cams: CamBatch) -> Explanation:
@@ -244,21 +256,45 @@ def _explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geome
     top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
     first = targets[0].record
     record = ImageRecord(
-        input=name, ok=True, width=int(photo.shape[1]), height=int(photo.shape[0]), class_index=first.class_index,
-        class_name=first.class_name, score=first.score, probability=first.probability, blank=first.blank,
-        targets=[t.record for t in targets], **run.record_context(),
-        topk=[{"index": int(i), "name": _class_name(run.loaded.class_names, int(i)), "probability": round(float(p), 6)}
-              for p, i in zip(top.values, top.indices)],
+        input=name,
+        ok=True,
+        width=int(photo.shape[1]),
+        height=int(photo.shape[0]),
+        class_index=first.class_index,
+        class_name=first.class_name,
+        score=first.score,
+        probability=first.probability,
+        blank=first.blank,
+        targets=[t.record for t in targets],
+        **run.record_context(),
+        topk=[
+            {"index": int(i), "name": _class_name(run.loaded.class_names, int(i)), "probability": round(float(p), 6)}
+            for p, i in zip(top.values, top.indices)
+        ],
     )
     return Explanation(targets, record, _read_only(np.array(photo)), geometry)
 
 
 def explain(
-    image: str | os.PathLike | Image.Image | np.ndarray, model: ReadyModel | str, layers: LayerSpec | Sequence[LayerSpec] | None = None,
-    method: str = "gradcam", classes: int | str | Sequence[int | str] | None = None, *,
-    topk: int = 1, crop: bool = False, colormap: str = "jet", alpha: float = 0.5, relu: bool = True, norm: str = "minmax",
-    combine: str = "mean", eigen_smooth: bool = False, aug_smooth: bool = False, cam_batch_size: int = 32,
-    grid: tuple[int, int] | str | None = None, precision: str = "auto", max_pixels: int = DEFAULT_MAX_PIXELS,
+    image: str | os.PathLike | Image.Image | np.ndarray,
+    model: ReadyModel | str,
+    layers: LayerSpec | Sequence[LayerSpec] | None = None,
+    method: str = "gradcam",
+    classes: int | str | Sequence[int | str] | None = None,
+    *,
+    topk: int = 1,
+    crop: bool = False,
+    colormap: str = "jet",
+    alpha: float = 0.5,
+    relu: bool = True,
+    norm: str = "minmax",
+    combine: str = "mean",
+    eigen_smooth: bool = False,
+    aug_smooth: bool = False,
+    cam_batch_size: int = 32,
+    grid: tuple[int, int] | str | None = None,
+    precision: str = "auto",
+    max_pixels: int = DEFAULT_MAX_PIXELS,
 ) -> Explanation:
     """Explain one image as `gradcam explain IMAGE` does, and return its maps and overlays instead of writing them.
 
@@ -295,9 +331,19 @@ def _as_choice(classes: int | Sequence[int] | None) -> TargetChoice:
 
 
 def cam(
-    model: nn.Module, x: torch.Tensor, layers: LayerSpec | Sequence[LayerSpec] | None = None, method: str = "gradcam",
-    classes: int | Sequence[int] | None = None, *, grid: tuple[int, int] | None = None, eigen_smooth: bool = False,
-    aug_smooth: bool = False, relu: bool = True, norm: str = "minmax", combine: str = "mean", cam_batch_size: int = 32,
+    model: nn.Module,
+    x: torch.Tensor,
+    layers: LayerSpec | Sequence[LayerSpec] | None = None,
+    method: str = "gradcam",
+    classes: int | Sequence[int] | None = None,
+    *,
+    grid: tuple[int, int] | None = None,
+    eigen_smooth: bool = False,
+    aug_smooth: bool = False,
+    relu: bool = True,
+    norm: str = "minmax",
+    combine: str = "mean",
+    cam_batch_size: int = 32,
 ) -> torch.Tensor:
     """Class activation maps (N, H, W) at the size of `x`, in [0, 1] unless norm="none".
 
@@ -310,9 +356,23 @@ def cam(
     if isinstance(layers, str) or not isinstance(layers, Sequence):
         layers = [layers]
     resolved = [_as_resolved(model, layer) for layer in layers]
-    options = CamOptions(relu=relu, norm=member_of(Norm, "norm", norm), combine=member_of(Combine, "combine", combine),
-                         eigen_smooth=eigen_smooth, aug_smooth=aug_smooth, cam_batch_size=cam_batch_size)
-    batch = compute_cams(model, x, resolved, get_method(method), _as_choice(classes), options=options,
-                         num_prefix_tokens=getattr(model, "num_prefix_tokens", None), grid=grid,
-                         model_name=type(model).__name__)
+    options = CamOptions(
+        relu=relu,
+        norm=member_of(Norm, "norm", norm),
+        combine=member_of(Combine, "combine", combine),
+        eigen_smooth=eigen_smooth,
+        aug_smooth=aug_smooth,
+        cam_batch_size=cam_batch_size,
+    )
+    batch = compute_cams(
+        model,
+        x,
+        resolved,
+        get_method(method),
+        _as_choice(classes),
+        options=options,
+        num_prefix_tokens=getattr(model, "num_prefix_tokens", None),
+        grid=grid,
+        model_name=type(model).__name__,
+    )
     return batch.maps[:, 0]

@@ -3,6 +3,7 @@
 One place (the CLI's main) turns these into a single stderr line and a code,
 so every module can fail with a sentence instead of a traceback.
 """
+
 from __future__ import annotations
 
 import re

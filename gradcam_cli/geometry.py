@@ -8,6 +8,7 @@ Two choices of what the model sees:
   outside it the map is zero.
 Normalisation (mean, std) and interpolation always come from the model's data config.
 """
+
 from __future__ import annotations
 
 import math

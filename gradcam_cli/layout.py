@@ -10,6 +10,7 @@ count is wrong before the prefix tokens are added (`patch_embed`, CaiT and
 XCiT blocks). When the shape alone cannot decide, the error says so and
 `--grid HxW` settles it.
 """
+
 from __future__ import annotations
 
 import math
@@ -173,10 +174,7 @@ def detect_layout(shape: tuple[int, ...], input_hw: tuple[int, int], hints: Layo
         return _detect_4d(shape, input_hw, hints, where)
     if len(shape) == 3:
         return _detect_tokens(shape, input_hw, hints, where)
-    raise LayoutError(
-        f"{where} has no spatial dimensions; choose a layer that outputs a map or tokens "
-        "(see: gradcam layers MODEL)"
-    )
+    raise LayoutError(f"{where} has no spatial dimensions; choose a layer that outputs a map or tokens (see: gradcam layers MODEL)")
 
 
 def _detect_4d(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutHints, where: str) -> Layout:

@@ -5,6 +5,7 @@ vocabulary): the runners in `cams/engine.py`, the method modules, guided
 backpropagation, the masked forwards and the augmented views all share these
 pieces without importing each other.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -75,8 +76,13 @@ class CamBatch:
         from dataclasses import replace
 
         return replace(
-            self, maps=self.maps.cpu(), blank=self.blank.cpu(), finite=self.finite.cpu(), logits=self.logits.cpu(),
-            targets=self.targets.cpu(), guided=None if self.guided is None else self.guided.cpu(),
+            self,
+            maps=self.maps.cpu(),
+            blank=self.blank.cpu(),
+            finite=self.finite.cpu(),
+            logits=self.logits.cpu(),
+            targets=self.targets.cpu(),
+            guided=None if self.guided is None else self.guided.cpu(),
         )
 
 
@@ -124,9 +130,7 @@ def combine_layers(per_layer: Sequence[torch.Tensor], how: str) -> torch.Tensor:
     return stacked.mean(dim=0)
 
 
-def finish_maps(
-    raw_per_layer: Sequence[torch.Tensor], size: tuple[int, int], options: CamOptions
-) -> tuple[torch.Tensor, torch.Tensor]:
+def finish_maps(raw_per_layer: Sequence[torch.Tensor], size: tuple[int, int], options: CamOptions) -> tuple[torch.Tensor, torch.Tensor]:
     """Raw layer maps → one map per image, and whether it is blank.
 
     Each layer is normalised at its own resolution, before upsampling: bilinear

@@ -7,6 +7,7 @@ and preset key list (`markdown_table`, `preset_keys`, checked by tests) all
 derive from it, and `build_settings` checks a value the same way whether it
 came from a flag or a preset. Torch-free: the CLI imports it before the engine.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -73,8 +74,14 @@ class RunSettings:
     workers: int = 0  # decode/write threads; 0 = automatic
 
 
-GROUPS: dict[str, type] = {"model": ModelSettings, "target": TargetSettings, "maps": MapSettings,
-                           "inputs": InputSettings, "outputs": OutputSettings, "run": RunSettings}
+GROUPS: dict[str, type] = {
+    "model": ModelSettings,
+    "target": TargetSettings,
+    "maps": MapSettings,
+    "inputs": InputSettings,
+    "outputs": OutputSettings,
+    "run": RunSettings,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,6 +143,8 @@ def parse_grid(text: str) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
+# A table, one option per entry, read down the page: the formatter leaves it as written.
+# fmt: off
 OPTIONS: tuple[Option, ...] = (
     Option(name="inputs", flags=(), kind=list, default=None, metavar="INPUTS",
            help="Images, folders, glob patterns, or - to read paths from stdin (one per line).",
@@ -240,6 +249,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="quiet", flags=("--quiet", "-q"), kind=bool, default=False,
            help="No progress or summary on stderr.", doc="no progress or summary on stderr"),
 )
+# fmt: on
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
 
 

@@ -4,6 +4,7 @@ The command line checks and lists these before anything heavy is imported
 (`gradcam --help` stays fast); the engine uses the same enums, so a value
 exists in one place. Each enum's values are what the user types.
 """
+
 from __future__ import annotations
 
 from enum import Enum

@@ -1,4 +1,5 @@
 """Shared test fixtures: offline caches, small images, an in-process CLI runner, small models, the model-as-found check."""
+
 from __future__ import annotations
 
 import io
@@ -193,8 +194,7 @@ def _small_cnn_class() -> type:
         `unused` is defined and never called. Fresh modules are in train mode, as nn.Module's are.
         """
 
-        def __init__(self, inplace: bool = False, side_branch: bool = False, detached_side: bool = False,
-                     fail: bool = False) -> None:
+        def __init__(self, inplace: bool = False, side_branch: bool = False, detached_side: bool = False, fail: bool = False) -> None:
             super().__init__()
             self.conv1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
             self.act1 = nn.ReLU(inplace=inplace)
@@ -241,16 +241,23 @@ def model_state(model: nn.Module) -> dict[str, Any]:
     parameters = list(model.named_parameters())
     return {
         "modules": [(name, m) for name, m in modules],  # nn.Module compares by identity
-        "hooks": {(name, attr): tuple(hooks) for name, m in modules for attr, hooks in vars(m).items()
-                  if "_hooks" in attr and isinstance(hooks, dict)},
+        "hooks": {
+            (name, attr): tuple(hooks)
+            for name, m in modules
+            for attr, hooks in vars(m).items()
+            if "_hooks" in attr and isinstance(hooks, dict)
+        },
         "training": {name: m.training for name, m in modules},
         "inplace": {name: m.inplace for name, m in modules if hasattr(m, "inplace")},
         "patched forward": [name for name, m in modules if "forward" in vars(m)],
         "parameters": {name: (id(p), p.requires_grad, p.grad is None) for name, p in parameters},
         "values": {key: value.detach().clone() for key, value in model.state_dict().items()},
         "torch": {
-            "global hooks": {attr: tuple(hooks) for attr, hooks in vars(module_globals).items()
-                             if attr.startswith("_global_") and isinstance(hooks, dict)},
+            "global hooks": {
+                attr: tuple(hooks)
+                for attr, hooks in vars(module_globals).items()
+                if attr.startswith("_global_") and isinstance(hooks, dict)
+            },
             "grad enabled": torch.is_grad_enabled(),
             "inference mode": torch.is_inference_mode_enabled(),
             "function modes": torch._C._len_torch_function_stack(),

@@ -1,4 +1,5 @@
 """The image-level Python API: load_model() and explain() give what `gradcam explain` writes, and leave the model alone."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -47,11 +48,17 @@ def _without_paths(record: dict) -> dict:
 # another method, explicit classes by name and index with another colour map, and the guided image.
 CASES = {
     "default": ("test_resnet", [], {}),
-    "topk-raw-crop": ("test_resnet", ["--topk", "2", "--norm", "none", "--no-relu", "--crop"],
-                      {"topk": 2, "norm": "none", "relu": False, "crop": True}),
+    "topk-raw-crop": (
+        "test_resnet",
+        ["--topk", "2", "--norm", "none", "--no-relu", "--crop"],
+        {"topk": 2, "norm": "none", "relu": False, "crop": True},
+    ),
     "vit-gradcam++": ("test_vit", ["--method", "gradcam++", "--alpha", "0.3"], {"method": "gradcam++", "alpha": 0.3}),
-    "named-classes": ("test_resnet", ["--class", "tabby", "--class", "3", "--colormap", "turbo", "--layer", "layer3"],
-                      {"classes": ["tabby", 3], "colormap": "turbo", "layers": "layer3"}),
+    "named-classes": (
+        "test_resnet",
+        ["--class", "tabby", "--class", "3", "--colormap", "turbo", "--layer", "layer3"],
+        {"classes": ["tabby", 3], "colormap": "turbo", "layers": "layer3"},
+    ),
     "guided": ("test_resnet", ["--method", "guided-gradcam", "--save-guided"], {"method": "guided-gradcam"}),
 }
 
@@ -64,8 +71,9 @@ def test_explain_equals_what_the_cli_writes(case: str, run_cli, photo: Path, tmp
     seeded; same thread count; CPU kernels are deterministic), so any difference is a real divergence of the API.
     """
     name, flags, options = CASES[case]
-    result = run_cli("explain", photo, "--model", name, "--no-pretrained", "--device", "cpu", "--save-raw",
-                     "-o", tmp_path / "out", "--json", *flags)
+    result = run_cli(
+        "explain", photo, "--model", name, "--no-pretrained", "--device", "cpu", "--save-raw", "-o", tmp_path / "out", "--json", *flags
+    )
     assert result.code == 0, result.stderr
     (cli,) = result.records()
     ours = gradcam_cli.explain(photo, gradcam_cli.load_model(name, pretrained=False, device="cpu"), **options)
@@ -162,32 +170,35 @@ def test_the_model_is_left_as_found(method: str, photo: Path) -> None:
     assert_left_as_found(model, before)
 
 
-@pytest.mark.parametrize("call, error, words", [
-    (lambda m, p: gradcam_cli.explain("missing.jpg", m), InputError, "missing.jpg: no such file"),
-    (lambda m, p: gradcam_cli.explain(np.zeros((4, 4)), m), InputError, "4x4 float64, not RGB pixels"),
-    (lambda m, p: gradcam_cli.explain(np.zeros((0, 4, 3), np.uint8), m), InputError, "has no pixels"),
-    (lambda m, p: gradcam_cli.explain(b"bytes", m), InputError, "not bytes"),
-    (lambda m, p: gradcam_cli.explain(p, m.model), UsageError, "what gradcam_cli.load_model() returned"),
-    (lambda m, p: gradcam_cli.explain(p, m, classes="no such class"), UsageError, "is not a class of this model"),
-    (lambda m, p: gradcam_cli.explain(p, m, classes=[1000]), UsageError, "class index 1000 is out of range"),
-    (lambda m, p: gradcam_cli.explain(p, m, classes=1, topk=2), UsageError, "classes and topk exclude each other"),
-    (lambda m, p: gradcam_cli.explain(p, m, method="gradcm"), UsageError, "method 'gradcm' is unknown"),
-    (lambda m, p: gradcam_cli.explain(p, m, norm="max"), UsageError, "norm 'max' is unknown"),
-    (lambda m, p: gradcam_cli.explain(p, m, alpha=2), UsageError, "alpha=2.0: must be between 0 and 1"),
-    (lambda m, p: gradcam_cli.explain(p, m, alpha="opaque"), UsageError, "wrong value"),
-    (lambda m, p: gradcam_cli.explain(p, m, layers="layer9"), LayerError, "layer 'layer9' not found in test_resnet"),
-    (lambda m, p: gradcam_cli.explain(p, m, layers=Image), LayerError, "is not a module of this model"),
-    (lambda m, p: gradcam_cli.explain(p, m, max_pixels=100), InputError, "above max_pixels=100"),
-    (lambda m, p: gradcam_cli.explain(p, m, precision="fp8"), UsageError, "precision 'fp8' is unknown"),
-    (lambda m, p: gradcam_cli.explain(p, "test_resnet"), ModelError, "or pretrained=False for random weights"),
-    (lambda m, p: gradcam_cli.load_model("test_resnet", weights="none.pth"), ModelError, "weights=none.pth: no such file"),
-    (lambda m, p: gradcam_cli.load_model("test_resnet", weights=p), ModelError, "not a loadable tensor checkpoint"),
-    (lambda m, p: gradcam_cli.load_model("test_resnet", labels="none.txt"), UsageError, "labels=none.txt: no such"),
-    (lambda m, p: gradcam_cli.load_model("test_resnet", device="gpu"), UsageError, "device='gpu' is not a device"),
-    (lambda m, p: gradcam_cli.load_model("  "), UsageError, "is not a model name"),
-    (lambda m, p: gradcam_cli.load_model("resnt50", pretrained=False), UsageError, "did you mean 'resnet50'"),
-    (lambda m, p: gradcam_cli.cam(m.model, np.zeros(1), layers="layer9"), LayerError, "layer 'layer9' not found"),
-])
+@pytest.mark.parametrize(
+    "call, error, words",
+    [
+        (lambda m, p: gradcam_cli.explain("missing.jpg", m), InputError, "missing.jpg: no such file"),
+        (lambda m, p: gradcam_cli.explain(np.zeros((4, 4)), m), InputError, "4x4 float64, not RGB pixels"),
+        (lambda m, p: gradcam_cli.explain(np.zeros((0, 4, 3), np.uint8), m), InputError, "has no pixels"),
+        (lambda m, p: gradcam_cli.explain(b"bytes", m), InputError, "not bytes"),
+        (lambda m, p: gradcam_cli.explain(p, m.model), UsageError, "what gradcam_cli.load_model() returned"),
+        (lambda m, p: gradcam_cli.explain(p, m, classes="no such class"), UsageError, "is not a class of this model"),
+        (lambda m, p: gradcam_cli.explain(p, m, classes=[1000]), UsageError, "class index 1000 is out of range"),
+        (lambda m, p: gradcam_cli.explain(p, m, classes=1, topk=2), UsageError, "classes and topk exclude each other"),
+        (lambda m, p: gradcam_cli.explain(p, m, method="gradcm"), UsageError, "method 'gradcm' is unknown"),
+        (lambda m, p: gradcam_cli.explain(p, m, norm="max"), UsageError, "norm 'max' is unknown"),
+        (lambda m, p: gradcam_cli.explain(p, m, alpha=2), UsageError, "alpha=2.0: must be between 0 and 1"),
+        (lambda m, p: gradcam_cli.explain(p, m, alpha="opaque"), UsageError, "wrong value"),
+        (lambda m, p: gradcam_cli.explain(p, m, layers="layer9"), LayerError, "layer 'layer9' not found in test_resnet"),
+        (lambda m, p: gradcam_cli.explain(p, m, layers=Image), LayerError, "is not a module of this model"),
+        (lambda m, p: gradcam_cli.explain(p, m, max_pixels=100), InputError, "above max_pixels=100"),
+        (lambda m, p: gradcam_cli.explain(p, m, precision="fp8"), UsageError, "precision 'fp8' is unknown"),
+        (lambda m, p: gradcam_cli.explain(p, "test_resnet"), ModelError, "or pretrained=False for random weights"),
+        (lambda m, p: gradcam_cli.load_model("test_resnet", weights="none.pth"), ModelError, "weights=none.pth: no such file"),
+        (lambda m, p: gradcam_cli.load_model("test_resnet", weights=p), ModelError, "not a loadable tensor checkpoint"),
+        (lambda m, p: gradcam_cli.load_model("test_resnet", labels="none.txt"), UsageError, "labels=none.txt: no such"),
+        (lambda m, p: gradcam_cli.load_model("test_resnet", device="gpu"), UsageError, "device='gpu' is not a device"),
+        (lambda m, p: gradcam_cli.load_model("  "), UsageError, "is not a model name"),
+        (lambda m, p: gradcam_cli.load_model("resnt50", pretrained=False), UsageError, "did you mean 'resnet50'"),
+        (lambda m, p: gradcam_cli.cam(m.model, np.zeros(1), layers="layer9"), LayerError, "layer 'layer9' not found"),
+    ],
+)
 def test_bad_input_raises_a_package_error_in_the_api_words(call, error: type, words: str, resnet, photo: Path) -> None:
     with pytest.raises(error) as info:
         call(resnet, photo)
@@ -202,8 +213,9 @@ def test_an_option_mark_is_an_argument_here_and_a_flag_on_the_command_line() -> 
 
     error = LayerError("no map; name one with ⟨layers⟩", hint="or ⟨pretrained=False⟩, ⟨weights=FILE⟩, ⟨grid=HxW⟩, ⟨max_pixels~⟩")
     assert str(error) == "no map; name one with layers; or pretrained=False, weights=FILE, grid=HxW, max_pixels"
-    assert error.spelled(as_flag) == ("no map; name one with --layer; or --no-pretrained, --weights FILE, --grid HxW, "
-                                      "--max-pixels (preset key max_pixels)")
+    assert error.spelled(as_flag) == (
+        "no map; name one with --layer; or --no-pretrained, --weights FILE, --grid HxW, --max-pixels (preset key max_pixels)"
+    )
     assert error.hint == "or ⟨pretrained=False⟩, ⟨weights=FILE⟩, ⟨grid=HxW⟩, ⟨max_pixels~⟩" and isinstance(error, ValueError)
 
 
@@ -214,10 +226,12 @@ def test_a_whole_network_method_says_it_ignores_layers(resnet, photo: Path) -> N
 
 
 def test_the_api_names_are_lazy_and_torch_free() -> None:
-    code = ("import sys, gradcam_cli; names = set(dir(gradcam_cli)); "
-            "assert {'cam', 'explain', 'load_model', 'Explanation', 'ClassMap', 'ReadyModel'} <= names; "
-            "assert gradcam_cli.GradcamError.__name__ == 'GradcamError'; "
-            "print(','.join(m for m in ('torch', 'timm', 'cv2') if m in sys.modules))")
+    code = (
+        "import sys, gradcam_cli; names = set(dir(gradcam_cli)); "
+        "assert {'cam', 'explain', 'load_model', 'Explanation', 'ClassMap', 'ReadyModel'} <= names; "
+        "assert gradcam_cli.GradcamError.__name__ == 'GradcamError'; "
+        "print(','.join(m for m in ('torch', 'timm', 'cv2') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""

@@ -5,6 +5,7 @@ cycle hidden behind a function-local import is still a cycle a reader has to
 untangle. The layers below are the architecture (docs/ARCHITECTURE.md), from
 the leaves up; a module may import from its own layer or any layer below.
 """
+
 from __future__ import annotations
 
 import ast
@@ -81,7 +82,7 @@ def test_no_import_cycle() -> None:
         state[module] = 1
         for target in sorted(graph.get(module, ())):
             if state.get(target) == 1:
-                cycle = path[path.index(target):] + [target] if target in path else [module, target]
+                cycle = path[path.index(target) :] + [target] if target in path else [module, target]
                 raise AssertionError("import cycle: " + " -> ".join(cycle))
             if target not in state:
                 visit(target, [*path, target])
@@ -95,7 +96,8 @@ def test_no_import_cycle() -> None:
 def test_imports_only_point_down_the_layers() -> None:
     upward = [
         f"{module} ({LAYERS[_layer_of(module)][0]}) imports {target} ({LAYERS[_layer_of(target)][0]})"
-        for module, targets in sorted(_graph().items()) for target in sorted(targets)
+        for module, targets in sorted(_graph().items())
+        for target in sorted(targets)
         if target and _layer_of(target) > _layer_of(module)
     ]
     assert not upward, "imports against the layer order:\n" + "\n".join(upward)
@@ -138,6 +140,5 @@ def test_inputs_and_outputs_know_files_not_models() -> None:
 def test_the_architecture_document_lists_these_layers_in_this_order() -> None:
     """docs/ARCHITECTURE.md is kept true: its layer table has the same layers, in the same order."""
     document = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    rows = [line.split("|")[1].strip() for line in document.splitlines()
-            if line.startswith("| ") and not line.startswith("| layer ")]
+    rows = [line.split("|")[1].strip() for line in document.splitlines() if line.startswith("| ") and not line.startswith("| layer ")]
     assert rows == [name for name, _ in LAYERS]

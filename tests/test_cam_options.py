@@ -3,6 +3,7 @@
 Expected maps are computed by hand here, with plain torch from hooked
 activations and gradients, not through our pipeline's functions.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -132,8 +133,9 @@ def photo(tmp_path):
 
 def test_cli_norm_none_writes_raw_values_and_a_display_overlay(run_cli, photo, tmp_path) -> None:
     out = tmp_path / "out"
-    result = run_cli("explain", photo, "--model", "test_vit", "--no-pretrained", "--norm", "none", "--no-relu",
-                     "--save-raw", "-o", out, "--json")
+    result = run_cli(
+        "explain", photo, "--model", "test_vit", "--no-pretrained", "--norm", "none", "--no-relu", "--save-raw", "-o", out, "--json"
+    )
     assert result.code == 0, result.stderr
     (record,) = result.records()
     raw = np.load(record["targets"][0]["raw"])
@@ -144,8 +146,9 @@ def test_cli_norm_none_writes_raw_values_and_a_display_overlay(run_cli, photo, t
 
 def test_cli_save_guided_writes_the_colour_image(run_cli, photo, tmp_path) -> None:
     out = tmp_path / "out"
-    result = run_cli("explain", photo, "--model", "test_resnet", "--no-pretrained", "--method", "guided-gradcam",
-                     "--save-guided", "-o", out, "--json")
+    result = run_cli(
+        "explain", photo, "--model", "test_resnet", "--no-pretrained", "--method", "guided-gradcam", "--save-guided", "-o", out, "--json"
+    )
     assert result.code == 0, result.stderr
     (record,) = result.records()
     guided = record["targets"][0]["guided"]
@@ -166,8 +169,20 @@ def test_cli_save_guided_needs_the_guided_method(run_cli, photo, tmp_path) -> No
 
 
 def test_cli_fullgrad_says_layer_is_ignored(run_cli, photo, tmp_path) -> None:
-    result = run_cli("explain", photo, "--model", "test_resnet", "--no-pretrained", "--method", "fullgrad",
-                     "--layer", "layer3", "-o", tmp_path / "o", "--json")
+    result = run_cli(
+        "explain",
+        photo,
+        "--model",
+        "test_resnet",
+        "--no-pretrained",
+        "--method",
+        "fullgrad",
+        "--layer",
+        "layer3",
+        "-o",
+        tmp_path / "o",
+        "--json",
+    )
     assert result.code == 0, result.stderr
     assert "--layer is ignored" in result.stderr
     (record,) = result.records()
@@ -184,8 +199,10 @@ def test_cli_refuses_bad_option_values(run_cli, photo, tmp_path, option) -> None
 @pytest.mark.slow
 def test_preset_sets_method_options(run_cli, photo, tmp_path) -> None:
     preset = tmp_path / "p.yaml"
-    preset.write_text("model: test_resnet\npretrained: false\nmethod: scorecam\ncam_batch_size: 5\n"
-                      "eigen_smooth: true\ncombine: max\nlayers: [layer3, layer4]\n")
+    preset.write_text(
+        "model: test_resnet\npretrained: false\nmethod: scorecam\ncam_batch_size: 5\n"
+        "eigen_smooth: true\ncombine: max\nlayers: [layer3, layer4]\n"
+    )
     result = run_cli("explain", photo, "--config", preset, "-o", tmp_path / "o", "--json")
     assert result.code == 0, result.stderr
     (record,) = result.records()

@@ -3,6 +3,7 @@
 Heavy libraries (torch, timm) are imported inside tests only, after conftest
 has pointed every cache at an empty folder and switched the hubs offline.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,18 @@ from conftest import ROOT, write_image
 
 TINY = ("-m", "test_resnet", "--no-pretrained", "--json")
 RECORD_KEYS = {
-    "input", "outputs", "model", "layers", "method", "class_index", "class_name",
-    "score", "probability", "topk", "blank", "error",
+    "input",
+    "outputs",
+    "model",
+    "layers",
+    "method",
+    "class_index",
+    "class_name",
+    "score",
+    "probability",
+    "topk",
+    "blank",
+    "error",
 }
 
 
@@ -44,6 +55,7 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 # ---------------------------------------------------------------- one image
+
 
 def test_single_image_writes_a_valid_overlay_of_the_input_size(run_cli, tmp_path):
     src = write_image(tmp_path / "cat.png", 96, 64, seed=5)
@@ -79,18 +91,22 @@ def test_json_record_has_one_line_per_image_with_all_keys(run_cli, tmp_path, ima
 
 # ---------------------------------------------------------------- many inputs
 
+
 def test_folder_is_flat_without_r_and_mirrored_with_r(run_cli, tmp_path, image_dir):
     flat = explain(run_cli, tmp_path / "flat", image_dir)
     assert flat.code == 0, flat.stderr
     assert sorted(Path(r["input"]).name for r in flat.records()) == ["a.jpg", "b.png"]
     assert sorted(p.relative_to(tmp_path / "flat").as_posix() for p in (tmp_path / "flat").rglob("*.png")) == [
-        "photos/a.jpg.gradcam.png", "photos/b.png.gradcam.png",
+        "photos/a.jpg.gradcam.png",
+        "photos/b.png.gradcam.png",
     ]
     deep = explain(run_cli, tmp_path / "deep", "-r", image_dir)
     assert deep.code == 0, deep.stderr
     assert len(deep.records()) == 3
     assert sorted(p.relative_to(tmp_path / "deep").as_posix() for p in (tmp_path / "deep").rglob("*.png")) == [
-        "photos/a.jpg.gradcam.png", "photos/b.png.gradcam.png", "photos/sub/c.png.gradcam.png",
+        "photos/a.jpg.gradcam.png",
+        "photos/b.png.gradcam.png",
+        "photos/sub/c.png.gradcam.png",
     ]
     assert png_size(tmp_path / "deep" / "photos" / "sub" / "c.png.gradcam.png") == (80, 80)
 
@@ -104,6 +120,7 @@ def test_paths_on_stdin_with_dash(run_cli, tmp_path, image_dir):
 
 
 # ---------------------------------------------------------------- outputs
+
 
 def test_save_raw_writes_float32_map_in_unit_range_at_original_size(run_cli, tmp_path):
     src = write_image(tmp_path / "in.png", 75, 50, seed=7)
@@ -161,6 +178,7 @@ def test_exit_codes_0_1_2(run_cli, tmp_path):
 
 
 # ---------------------------------------------------------------- errors
+
 
 def test_corrupt_image_in_folder_is_one_line_and_the_others_are_done(run_cli, tmp_path, image_dir):
     (image_dir / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n this is not really a png")
@@ -268,16 +286,20 @@ def test_a_failure_and_a_blank_map_are_each_said_once(as_json):
     reporter = _Reporter(Streams(io.StringIO(), out, err), as_json=as_json, progress=None)
     reporter.warn("out of memory on cpu with 8 images at once; retrying with 4")  # about the run: said as it comes
     blank = TargetRecord(class_index=3, class_name=None, score=1.0, probability=0.5, blank=True, overlay="o/a.png")
-    reporter.record(ImageRecord(input="a.png", ok=True, outputs=["o/a.png"], class_index=3, probability=0.5, blank=True,
-                                targets=[blank], layers=["layer4"]))
+    reporter.record(
+        ImageRecord(
+            input="a.png", ok=True, outputs=["o/a.png"], class_index=3, probability=0.5, blank=True, targets=[blank], layers=["layer4"]
+        )
+    )
     reporter.record(ImageRecord(input="b.png", ok=False, error="b.png: cannot decode image (truncated)"))
     reporter.close()
     said = err.getvalue().splitlines()
     if as_json:
-        assert said == ["gradcam: out of memory on cpu with 8 images at once; retrying with 4",
-                        "gradcam: a.png: the map for class 3 is blank (no positive evidence at layer4); "
-                        "try another --layer or --class",
-                        "gradcam: b.png: cannot decode image (truncated)"]
+        assert said == [
+            "gradcam: out of memory on cpu with 8 images at once; retrying with 4",
+            "gradcam: a.png: the map for class 3 is blank (no positive evidence at layer4); try another --layer or --class",
+            "gradcam: b.png: cannot decode image (truncated)",
+        ]
         assert [json.loads(line)["input"] for line in out.getvalue().splitlines()] == ["a.png", "b.png"]
     else:
         assert said == ["gradcam: out of memory on cpu with 8 images at once; retrying with 4"]
@@ -290,13 +312,16 @@ def test_a_failure_and_a_blank_map_are_each_said_once(as_json):
 COLORMAPS = "jet, turbo, viridis, inferno, magma, plasma, hot, gray"
 
 
-@pytest.mark.parametrize("args,line", [
-    (["--colormap", "rainbow"], f"--colormap 'rainbow' is unknown; use one of {COLORMAPS}"),
-    (["--colormap", "trubo"], f"--colormap 'trubo' is unknown; use one of {COLORMAPS} (did you mean 'turbo'?)"),
-    (["--norm", "raw"], "--norm 'raw' is unknown; use one of minmax, none"),
-    (["--combine", "sum"], "--combine 'sum' is unknown; use one of mean, max, product"),
-    (["--precision", "fp64"], "--precision 'fp64' is unknown; use one of auto, fp32, bf16, fp16 (did you mean 'fp16'?)"),
-])
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (["--colormap", "rainbow"], f"--colormap 'rainbow' is unknown; use one of {COLORMAPS}"),
+        (["--colormap", "trubo"], f"--colormap 'trubo' is unknown; use one of {COLORMAPS} (did you mean 'turbo'?)"),
+        (["--norm", "raw"], "--norm 'raw' is unknown; use one of minmax, none"),
+        (["--combine", "sum"], "--combine 'sum' is unknown; use one of mean, max, product"),
+        (["--precision", "fp64"], "--precision 'fp64' is unknown; use one of auto, fp32, bf16, fp16 (did you mean 'fp16'?)"),
+    ],
+)
 def test_an_unknown_choice_is_one_plain_line(run_cli, tmp_path, args, line):
     result = run_cli("explain", "x.jpg", "-m", "test_resnet", "-o", tmp_path / "out", *args)
     assert result.code == 2 and result.stdout == ""
@@ -311,16 +336,33 @@ def test_an_unknown_method_is_refused_like_the_other_choices(run_cli, tmp_path):
     assert result.stderr == (
         f"gradcam: error: --method 'gradcm' is unknown; use one of {', '.join(method_names())} (did you mean 'gradcam'?)\n"
     )
-    assert run_cli("explain", "x.jpg", "-m", "test_resnet", "--method", "GradCAM++", "--colormap", "Turbo",
-                   "--no-pretrained", "-o", tmp_path / "out").code == 1  # known values in any case: only x.jpg is missing
+    assert (
+        run_cli(
+            "explain",
+            "x.jpg",
+            "-m",
+            "test_resnet",
+            "--method",
+            "GradCAM++",
+            "--colormap",
+            "Turbo",
+            "--no-pretrained",
+            "-o",
+            tmp_path / "out",
+        ).code
+        == 1
+    )  # known values in any case: only x.jpg is missing
 
 
-@pytest.mark.parametrize("args,line", [
-    (["explain", "x.jpg", "--modle", "resnet50"], "No such option: --modle. Did you mean --model? (see: gradcam explain --help)"),
-    (["layers", "--dpth", "2", "resnet18"], "No such option: --dpth. Did you mean --depth? (see: gradcam layers --help)"),
-    (["explain", "x.jpg", "--alpha"], "Option '--alpha' requires an argument. (see: gradcam explain --help)"),
-    (["metods"], "No such command 'metods'. Did you mean 'methods'? (see: gradcam --help)"),
-])
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (["explain", "x.jpg", "--modle", "resnet50"], "No such option: --modle. Did you mean --model? (see: gradcam explain --help)"),
+        (["layers", "--dpth", "2", "resnet18"], "No such option: --dpth. Did you mean --depth? (see: gradcam layers --help)"),
+        (["explain", "x.jpg", "--alpha"], "Option '--alpha' requires an argument. (see: gradcam explain --help)"),
+        (["metods"], "No such command 'metods'. Did you mean 'methods'? (see: gradcam --help)"),
+    ],
+)
 def test_a_usage_error_names_the_help_of_its_command(run_cli, args, line):
     result = run_cli(*args)
     assert result.code == 2 and result.stdout == ""
@@ -358,9 +400,7 @@ print("HEAVY:" + ",".join(heavy))
 @pytest.mark.parametrize("args", [["--help"], ["explain", "--help"], ["layers", "--help"]])
 @pytest.mark.slow
 def test_help_does_not_import_torch(args):
-    done = subprocess.run(
-        [sys.executable, "-c", HELP_SCRIPT, *args], capture_output=True, text=True, timeout=60, cwd=ROOT
-    )
+    done = subprocess.run([sys.executable, "-c", HELP_SCRIPT, *args], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert "Usage" in done.stdout
     assert done.stdout.strip().splitlines()[-1] == "HEAVY:"
@@ -388,6 +428,7 @@ print("HEAVY:" + ",".join(sorted(m for m in ("torch", "timm", "torchvision") if 
 @pytest.mark.slow
 def test_a_missing_input_fails_at_once_without_loading_the_model(tmp_path):
     """resnet50 with pretrained weights would load torch and try a download (seconds); nothing of it happens."""
+
     def run(*args: str) -> tuple[float, subprocess.CompletedProcess]:
         start = time.monotonic()
         done = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -411,7 +452,10 @@ def test_installed_console_script_explains(tmp_path):
     src = write_image(tmp_path / "in.png", 64, 48, seed=11)
     done = subprocess.run(
         [_console_script(), "explain", str(src), "-m", "test_resnet", "--no-pretrained", "-o", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=120, env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ),
     )
     assert done.returncode == 0, done.stderr
     (line,) = done.stdout.strip().splitlines()  # piped stdout: JSON Lines by default
@@ -421,6 +465,7 @@ def test_installed_console_script_explains(tmp_path):
 
 
 # ---------------------------------------------------------------- safety
+
 
 def test_outputs_stay_in_output_dir_for_dotdot_inputs(run_cli, tmp_path, monkeypatch):
     work = tmp_path / "work"
@@ -464,11 +509,11 @@ def test_a_rerun_into_the_input_folder_skips_its_own_overlays(run_cli, tmp_path,
     assert first.code == second.code == 0
     names = sorted(Path(r["input"]).name for r in second.records())
     assert names == ["a.png", "photo.v2.png"]
-    assert sorted(p.name for p in folder.iterdir()) == [
-        "a.png", "a.png.gradcam.png", "photo.v2.png", "photo.v2.png.gradcam.png"]
+    assert sorted(p.name for p in folder.iterdir()) == ["a.png", "a.png.gradcam.png", "photo.v2.png", "photo.v2.png.gradcam.png"]
 
 
 # ---------------------------------------------------------------- image kinds
+
 
 def test_exif_rotated_jpeg_gives_upright_overlay(run_cli, tmp_path):
     stored = write_image(tmp_path / "tmp.png", 96, 64, seed=15)

@@ -3,6 +3,7 @@
 The presets name real architectures (resnet50, ViT-B/16, Swin-T, ConvNeXt-T);
 they run here with random weights (`--no-pretrained`), one small image each.
 """
+
 from __future__ import annotations
 
 import re
@@ -20,9 +21,7 @@ PRESETS = sorted((ROOT / "configs").glob("*.yaml"))
 def same_layer(preset_path: str, resolved: str) -> bool:
     """`stages.-1` names `stages.3`: equal step by step, a negative index matching any index."""
     want, got = preset_path.split("."), resolved.split(".")
-    return len(want) == len(got) and all(
-        w == g or (w.lstrip("-").isdigit() and w.startswith("-")) for w, g in zip(want, got)
-    )
+    return len(want) == len(got) and all(w == g or (w.lstrip("-").isdigit() and w.startswith("-")) for w, g in zip(want, got))
 
 
 def missing_files(values: dict) -> list[str]:
@@ -65,8 +64,18 @@ def test_command_line_flags_win_over_the_preset(run_cli, tmp_path):
     preset = ROOT / "configs" / "resnet50.yaml"
     assert load_preset(preset)["layers"] == ["layer4"]
     result = run_cli(
-        "explain", "--config", preset, "--no-pretrained", "--json", "-o", tmp_path / "out",
-        "--layer", "layer3", "--topk", "2", image,
+        "explain",
+        "--config",
+        preset,
+        "--no-pretrained",
+        "--json",
+        "-o",
+        tmp_path / "out",
+        "--layer",
+        "layer3",
+        "--topk",
+        "2",
+        image,
     )
     assert result.code == 0, result.stderr
     (record,) = result.records()
@@ -87,8 +96,9 @@ def test_preset_fills_what_the_command_line_left_out(run_cli, tmp_path):
     (record,) = result.records()
     assert record["layers"] == ["layer3"] and len(record["targets"]) == 2
     assert all(Path(t["raw"]).parent == tmp_path / "p" for t in record["targets"])
-    override = run_cli("explain", "--config", preset, "--json", "--model", "test_convnext", "--layer", "stages.-1",
-                       "-o", tmp_path / "q", image)
+    override = run_cli(
+        "explain", "--config", preset, "--json", "--model", "test_convnext", "--layer", "stages.-1", "-o", tmp_path / "q", image
+    )
     assert override.code == 0, override.stderr
     assert override.records()[0]["model"] == "test_convnext"
     assert override.records()[0]["layers"] == ["stages.3"]
@@ -140,6 +150,7 @@ def test_not_yaml_and_missing_preset_are_usage_errors(run_cli, tmp_path):
 
 # ---------------------------------------------------------------- one table, one validation, one path rule
 
+
 def _readme_preset_keys() -> list[str]:
     from conftest import ROOT
 
@@ -161,8 +172,10 @@ def test_every_preset_key_the_readme_lists_is_accepted(tmp_path):
         assert known[key].name in load_preset(preset), key
 
 
-@pytest.mark.parametrize("option, key, value", [("--max-pixels", "max_pixels", -5), ("--topk", "topk", 0),
-                                                ("--workers", "workers", -1), ("--batch-size", "batch_size", 0)])
+@pytest.mark.parametrize(
+    "option, key, value",
+    [("--max-pixels", "max_pixels", -5), ("--topk", "topk", 0), ("--workers", "workers", -1), ("--batch-size", "batch_size", 0)],
+)
 def test_a_preset_value_is_checked_as_the_flag_is(run_cli, tmp_path, option, key, value):
     """`max_pixels: -5` must not turn the decompression-bomb guard off: the same check and message as the flag."""
     image = write_image(tmp_path / "in.png")

@@ -1,4 +1,5 @@
 """The README cannot drift from the CLI: every option and command is documented."""
+
 from __future__ import annotations
 
 import re

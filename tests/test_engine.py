@@ -1,4 +1,5 @@
 """The batch engine: worker threads keep order and stream, the graph starts at the layer, precision, channels-last."""
+
 from __future__ import annotations
 
 import threading
@@ -34,6 +35,7 @@ def test_ordered_map_keeps_order_and_a_bounded_window() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     consumed = []
+
     def source():
         for i in range(50):
             consumed.append(i)
@@ -49,8 +51,9 @@ def test_ordered_map_keeps_order_and_a_bounded_window() -> None:
 
 def test_records_come_in_input_order_with_bad_images_among_them(run_cli, tmp_path) -> None:
     folder = _folder(tmp_path, 11, bad=(2, 7))
-    result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "3", "--workers", "4",
-                     "-o", tmp_path / "out", "--json")
+    result = run_cli(
+        "explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "3", "--workers", "4", "-o", tmp_path / "out", "--json"
+    )
     assert result.code == 1
     records = result.records()
     assert [Path(r["input"]).name for r in records] == [f"img_{i:03d}.png" for i in range(11)]
@@ -62,8 +65,21 @@ def test_worker_count_does_not_change_a_byte(run_cli, tmp_path) -> None:
     outputs = {}
     for workers in (1, 4):
         out = tmp_path / f"out{workers}"
-        result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "4",
-                         "--workers", str(workers), "-o", out, "--json", "--save-raw")
+        result = run_cli(
+            "explain",
+            folder,
+            "--model",
+            "test_resnet",
+            "--no-pretrained",
+            "-b",
+            "4",
+            "--workers",
+            str(workers),
+            "-o",
+            out,
+            "--json",
+            "--save-raw",
+        )
         assert result.code == 0, result.stderr
         outputs[workers] = {p.name: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
     assert outputs[1] == outputs[4] and len(outputs[1]) == 12
@@ -133,8 +149,9 @@ def test_bf16_precision_on_cpu_gives_close_maps_in_fp32(run_cli, tmp_path) -> No
     maps = {}
     for precision in ("fp32", "bf16"):
         out = tmp_path / precision
-        result = run_cli("explain", src, "--model", "test_resnet", "--no-pretrained", "--precision", precision,
-                         "--save-raw", "-o", out, "--json")
+        result = run_cli(
+            "explain", src, "--model", "test_resnet", "--no-pretrained", "--precision", precision, "--save-raw", "-o", out, "--json"
+        )
         assert result.code == 0, result.stderr
         (record,) = result.records()
         assert record["settings"]["precision"] == {"fp32": "fp32", "bf16": "bfloat16"}[precision]
@@ -149,10 +166,13 @@ def test_unknown_precision_is_a_usage_error(run_cli, tmp_path) -> None:
     assert result.code == 2 and "--precision" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("model_name,layer,shape", [
-    ("test_resnet", "layer4", (2, 3, 96, 128)),
-    ("test_vit", "blocks.-1.norm1", (2, 3, 160, 160)),
-])
+@pytest.mark.parametrize(
+    "model_name,layer,shape",
+    [
+        ("test_resnet", "layer4", (2, 3, 96, 128)),
+        ("test_vit", "blocks.-1.norm1", (2, 3, 160, 160)),
+    ],
+)
 def test_topk_from_one_forward_equals_one_class_at_a_time(model_name: str, layer: str, shape: tuple) -> None:
     from gradcam_cli.cams.engine import compute_cams
     from gradcam_cli.layers.paths import resolve_layers
@@ -164,8 +184,14 @@ def test_topk_from_one_forward_equals_one_class_at_a_time(model_name: str, layer
     forwards = []
     handle = model.register_forward_hook(lambda *_: forwards.append(1))
     try:
-        batch = compute_cams(model, x, resolve_layers(model, [layer], model_name), get_method("gradcam"),
-                             TargetChoice(topk=3), num_prefix_tokens=getattr(model, "num_prefix_tokens", None))
+        batch = compute_cams(
+            model,
+            x,
+            resolve_layers(model, [layer], model_name),
+            get_method("gradcam"),
+            TargetChoice(topk=3),
+            num_prefix_tokens=getattr(model, "num_prefix_tokens", None),
+        )
     finally:
         handle.remove()
     assert len(forwards) == 1, "the top 3 classes share one forward"

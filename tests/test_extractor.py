@@ -5,6 +5,7 @@ and buffers are compared before and after, on success and on errors; then the
 bug-tracker classics: in-place ReLU, `no_grad`, `inference_mode`, frozen
 models, layers that never run or that the score ignores, a reused ReLU.
 """
+
 from __future__ import annotations
 
 import copy

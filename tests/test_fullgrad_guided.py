@@ -11,6 +11,7 @@ Every reference runs on a deep copy: `GuidedBackpropReLUModel` swaps the ReLU
 modules and puts back plain `nn.ReLU()` (inplace lost), and `FullGrad` fills
 parameter `.grad`.
 """
+
 from __future__ import annotations
 
 import copy
@@ -87,8 +88,7 @@ def max_diff(a: torch.Tensor | np.ndarray, b: torch.Tensor | np.ndarray) -> floa
 
 def reference_fullgrad(model: nn.Module, x: torch.Tensor, classes: Sequence[int], eigen_smooth: bool) -> np.ndarray:
     with FullGrad(model=copy.deepcopy(model), target_layers=[]) as explainer:
-        return explainer(input_tensor=x.clone(), targets=[ClassifierOutputTarget(c) for c in classes],
-                         eigen_smooth=eigen_smooth)
+        return explainer(input_tensor=x.clone(), targets=[ClassifierOutputTarget(c) for c in classes], eigen_smooth=eigen_smooth)
 
 
 @pytest.mark.parametrize("eigen_smooth", [False, True], ids=["sum", "eigen-smooth"])
@@ -125,8 +125,7 @@ def test_fullgrad_matches_reference(name: str, eigen_smooth: bool, monkeypatch: 
     for i in range(x.shape[0]):
         same = np.allclose(ours[i].numpy(), ref[i], atol=ATOL, rtol=0)
         flipped = np.allclose(negated[i].numpy(), ref[i], atol=ATOL, rtol=0)
-        assert same or flipped, f"image {i}: max diff {max_diff(ours[i], ref[i]):.3g} " \
-                                f"(negated: {max_diff(negated[i], ref[i]):.3g})"
+        assert same or flipped, f"image {i}: max diff {max_diff(ours[i], ref[i]):.3g} (negated: {max_diff(negated[i], ref[i]):.3g})"
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -164,8 +163,9 @@ def guided_run(model: nn.Module, x: torch.Tensor, layer: str, classes: Sequence[
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(GuidedBackprop, "input_gradient", spy_gradient)
         patch.setattr(GuidedBackprop, "combine", staticmethod(spy_combine))
-        batch = compute_cams(model, x, [resolve_layer(model, layer)], get_method("guided-gradcam"),
-                             TargetChoice(classes=tuple(classes), per_image=True))
+        batch = compute_cams(
+            model, x, [resolve_layer(model, layer)], get_method("guided-gradcam"), TargetChoice(classes=tuple(classes), per_image=True)
+        )
     return batch, seen["gradient"], seen["cam"]
 
 

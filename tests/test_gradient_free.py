@@ -11,6 +11,7 @@ sign; the reference keeps whatever LAPACK returns while ours fixes the sign
 (methods/projection.py). As in test_methods, each image must then match either
 our map or the map of the negated component, computed through the same pipeline.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,7 @@ def case_inputs(case: str) -> tuple[nn.Module, torch.Tensor, list[int]]:
     return model, x, per_image_classes(model, x)
 
 
-def ours(case: str, method: str, x: torch.Tensor, classes: list[int], *, negated: bool = False,
-         **options) -> np.ndarray:
+def ours(case: str, method: str, x: torch.Tensor, classes: list[int], *, negated: bool = False, **options) -> np.ndarray:
     """Our maps for a case; `negated`: with the first principal component's sign flipped."""
     model_name, _, path, _, _ = CASES[case]
     with pytest.MonkeyPatch.context() as patch:
@@ -58,15 +58,15 @@ def ours(case: str, method: str, x: torch.Tensor, classes: list[int], *, negated
     return maps.numpy()
 
 
-def reference(case: str, explainer_class: type, x: torch.Tensor, classes: list[int], *,
-              eigen_smooth: bool = False, **attributes) -> np.ndarray:
+def reference(
+    case: str, explainer_class: type, x: torch.Tensor, classes: list[int], *, eigen_smooth: bool = False, **attributes
+) -> np.ndarray:
     model_name, _, _, module, reshape = CASES[case]
     model = shared_timm_model(model_name)
     with explainer_class(model=model, target_layers=[module(model)], reshape_transform=reshape) as explainer:
         for name, value in attributes.items():
             setattr(explainer, name, value)
-        return explainer(input_tensor=x, targets=[ClassifierOutputTarget(c) for c in classes],
-                         eigen_smooth=eigen_smooth)
+        return explainer(input_tensor=x, targets=[ClassifierOutputTarget(c) for c in classes], eigen_smooth=eigen_smooth)
 
 
 def assert_real_maps(*maps: np.ndarray) -> None:
@@ -241,8 +241,7 @@ def test_ablationcam_on_tokens_zeroes_the_channel_in_every_token() -> None:
     grid = tokens[:, 1:].reshape(n, 10, 10, channels).permute(0, 3, 1, 2)
     low_res = minmax((weights[:, :, None, None] * grid).sum(dim=1).clamp(min=0))
     # bilinear with half-pixel centres (cv2.resize, as the reference), then scaled again
-    expected = minmax(F.interpolate(low_res[:, None], size=x.shape[-2:], mode="bilinear",
-                                    align_corners=False)[:, 0])
+    expected = minmax(F.interpolate(low_res[:, None], size=x.shape[-2:], mode="bilinear", align_corners=False)[:, 0])
 
     mine = ours(case, "ablationcam", x, classes)
     assert_real_maps(expected.numpy())
@@ -290,12 +289,21 @@ MEMORY_BOUND_MB = 80
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="VmHWM is read from Linux's /proc")
 @pytest.mark.slow
 def test_perturbation_memory_stays_flat_as_channels_grow() -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     runs = {
-        (method, channels): subprocess.Popen([sys.executable, "-c", MEMORY_SCRIPT, method, str(channels)],
-                                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                             text=True)
+        (method, channels): subprocess.Popen(
+            [sys.executable, "-c", MEMORY_SCRIPT, method, str(channels)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for method in ("scorecam", "ablationcam")
         for channels in (64, 2048)
     }

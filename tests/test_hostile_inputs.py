@@ -11,6 +11,7 @@ Expectations, in short:
   one-line `error` that says what was wrong, and a line on stderr — never a traceback;
 - the exit code is 1 when anything failed, and the stderr summary counts match.
 """
+
 from __future__ import annotations
 
 import io
@@ -58,9 +59,7 @@ def _png_chunk(kind: bytes, data: bytes) -> bytes:
 def huge_png_header(width: int, height: int) -> bytes:
     """A 60-byte PNG whose header claims width x height 1-bit pixels (a decompression-bomb shape)."""
     ihdr = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", zlib.compress(b"")) + _png_chunk(b"IEND", b"")
-    )
+    return b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", ihdr) + _png_chunk(b"IDAT", zlib.compress(b"")) + _png_chunk(b"IEND", b"")
 
 
 def build_corpus(folder: Path) -> dict[str, Expect]:
@@ -294,8 +293,9 @@ def _subprocess_cli(*args: str, stdin=None, timeout: float = 120):
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "gradcam_cli", "explain", *args], stdin=stdin, capture_output=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "gradcam_cli", "explain", *args], stdin=stdin, capture_output=True, timeout=timeout, env=env
+    )
 
 
 def _lines(stdout: bytes) -> list[dict]:
@@ -313,8 +313,9 @@ def test_a_named_pipe_never_blocks_the_run(tmp_path):
     os.mkfifo(folder / "pipe.jpg")  # found by the scan: it has an image suffix
     os.mkfifo(tmp_path / "named.png")
     write_image(tmp_path / "z.png", 40, 30, seed=2)
-    done = _subprocess_cli(str(folder), str(tmp_path / "named.png"), str(tmp_path / "z.png"), *TINY,
-                           "-o", str(tmp_path / "out"), timeout=90)
+    done = _subprocess_cli(
+        str(folder), str(tmp_path / "named.png"), str(tmp_path / "z.png"), *TINY, "-o", str(tmp_path / "out"), timeout=90
+    )
     stderr = done.stderr.decode()
     _assert_clean_stderr(stderr)
     records = {Path(r["input"]).name: r for r in _lines(done.stdout)}

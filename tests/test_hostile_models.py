@@ -9,6 +9,7 @@
 No traffic leaves 127.0.0.1: endpoints and proxies point at a closed local port
 or at a local socket that never answers.
 """
+
 from __future__ import annotations
 
 import collections
@@ -46,7 +47,11 @@ def gradcam(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeo
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "gradcam_cli", *map(str, args)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     return done.returncode, done.stdout, done.stderr, time.monotonic() - start
 
@@ -59,6 +64,7 @@ def one_error_line(stderr: str) -> str:
 
 
 # ---------------------------------------------------------------- presets (item 5)
+
 
 def billion_laughs(path: Path, levels: int = 9) -> Path:
     """Under 1 KB of YAML whose `layers` value stands for 9**9 (387 million) strings: its repr is 2 GB."""
@@ -144,6 +150,7 @@ def test_preset_with_a_byte_order_mark_loads(tmp_path):
 
 # ---------------------------------------------------------------- checkpoints (item 6)
 
+
 def torch_pickle(shapes: dict[str, tuple[int, ...]]) -> bytes:
     """data.pkl of a torch zip checkpoint: {key: float32 tensor of shape}, written without any tensor data."""
     import torch
@@ -157,7 +164,7 @@ def torch_pickle(shapes: dict[str, tuple[int, ...]]) -> bytes:
             self.storage, self.shape = storage, shape
 
         def __reduce__(self):
-            stride = tuple(int(torch.Size(self.shape[i + 1:]).numel()) for i in range(len(self.shape)))
+            stride = tuple(int(torch.Size(self.shape[i + 1 :]).numel()) for i in range(len(self.shape)))
             return torch._utils._rebuild_tensor_v2, (self.storage, 0, self.shape, stride, False, collections.OrderedDict())
 
     class Pickler(pickle.Pickler):
@@ -178,10 +185,29 @@ def write_zip(path: Path, entries: list[tuple[str, bytes, int, int, int]]) -> Pa
         offset = len(body)
         body += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, method, 0, 0x21, crc, len(payload), size, len(encoded), 0)
         body += encoded + payload
-        directory += struct.pack(
-            "<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, method, 0, 0x21, crc, len(payload), size,
-            len(encoded), 0, 0, 0, 0, 0, offset,
-        ) + encoded
+        directory += (
+            struct.pack(
+                "<IHHHHHHIIIHHHHHII",
+                0x02014B50,
+                20,
+                20,
+                0,
+                method,
+                0,
+                0x21,
+                crc,
+                len(payload),
+                size,
+                len(encoded),
+                0,
+                0,
+                0,
+                0,
+                0,
+                offset,
+            )
+            + encoded
+        )
     end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(entries), len(entries), len(directory), len(body), 0)
     path.write_bytes(bytes(body + directory + end))
     return path
@@ -206,12 +232,15 @@ def deflated_zeros(mib: int) -> tuple[bytes, int]:
 def torch_zip(path: Path, shapes: dict[str, tuple[int, ...]], data: bytes, crc: int, declared: int) -> Path:
     """A torch zip checkpoint whose one storage is `data` (deflated) declared as `declared` bytes."""
     root = path.stem
-    return write_zip(path, [
-        stored(f"{root}/data.pkl", torch_pickle(shapes)),
-        stored(f"{root}/byteorder", b"little"),
-        stored(f"{root}/version", b"3\n"),
-        (f"{root}/data/0", data, zipfile.ZIP_DEFLATED, crc, declared),
-    ])
+    return write_zip(
+        path,
+        [
+            stored(f"{root}/data.pkl", torch_pickle(shapes)),
+            stored(f"{root}/byteorder", b"little"),
+            stored(f"{root}/version", b"3\n"),
+            (f"{root}/data/0", data, zipfile.ZIP_DEFLATED, crc, declared),
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -284,8 +313,10 @@ def safetensors_file(path: Path, header: dict, data: bytes = b"", header_length:
     [
         ({"fc.weight": {"dtype": "F32", "shape": [1 << 28], "data_offsets": [0, 1 << 30]}}, None),
         ({"fc.weight": {"dtype": "F32", "shape": [1 << 28], "data_offsets": [0, 16]}}, None),
-        ({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
-          "b": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, None),
+        (
+            {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}, "b": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}},
+            None,
+        ),
         ({}, 1 << 40),
     ],
     ids=["offsets-past-the-end", "shape-bigger-than-offsets", "overlapping", "header-length"],
@@ -360,13 +391,21 @@ def test_checkpoint_num_classes_believes_a_real_head(fc_state):
 
 # ---------------------------------------------------------------- unreachable hubs (item 24)
 
+
 def hub_env(tmp_path: Path, *, proxy: str | None) -> dict[str, str]:
     """An environment with empty caches, the hub at a closed local port and, if given, every proxy at `proxy`."""
-    drop = {*PROXY_VARS, "NO_PROXY", "no_proxy", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE",
-            "HUGGINGFACE_HUB_CACHE", "HF_ASSETS_CACHE"}
+    drop = {
+        *PROXY_VARS,
+        "NO_PROXY",
+        "no_proxy",
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_HUB_CACHE",
+        "HUGGINGFACE_HUB_CACHE",
+        "HF_ASSETS_CACHE",
+    }
     env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(HF_ENDPOINT=CLOSED, HF_HOME=str(tmp_path / "hf"), TORCH_HOME=str(tmp_path / "torch"),
-               XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    env.update(HF_ENDPOINT=CLOSED, HF_HOME=str(tmp_path / "hf"), TORCH_HOME=str(tmp_path / "torch"), XDG_CACHE_HOME=str(tmp_path / "xdg"))
     if proxy:
         env.update({name: proxy for name in PROXY_VARS})
     return env
@@ -381,8 +420,7 @@ def hub_env(tmp_path: Path, *, proxy: str | None) -> dict[str, str]:
 def test_pretrained_weights_with_the_hub_unreachable_fail_fast_and_quietly(tmp_path, image, model, proxy):
     """Was 52 s and 25 lines for resnet18 (huggingface_hub retrying 5 times per file, twice)."""
     env = hub_env(tmp_path, proxy=proxy)  # torchvision's URL is fixed: the closed proxy stands in for the network
-    code, stdout, stderr, seconds = gradcam(tmp_path, "explain", image, "--model", model, "-o", tmp_path / "out",
-                                            env=env, timeout=60)
+    code, stdout, stderr, seconds = gradcam(tmp_path, "explain", image, "--model", model, "-o", tmp_path / "out", env=env, timeout=60)
     assert code in (1, 2) and stdout == ""
     assert "Traceback" not in stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
@@ -398,8 +436,13 @@ def assert_quick(seconds: float, tmp_path: Path, env: dict[str, str], budget: fl
     if seconds < budget:
         return
     start = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch, timm, torchvision, gradcam_cli.cli.app, gradcam_cli.run.pipeline"],
-                   cwd=tmp_path, env={**env, "PYTHONPATH": str(ROOT)}, check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", "import torch, timm, torchvision, gradcam_cli.cli.app, gradcam_cli.run.pipeline"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        check=True,
+        timeout=120,
+    )
     imports = time.monotonic() - start
     assert seconds - imports < 5, f"{seconds:.1f} s, of which {imports:.1f} s to import the libraries"
 
@@ -428,8 +471,9 @@ def test_cached_pretrained_weights_still_load_with_the_hub_unreachable(tmp_path,
 
     env = hub_env(tmp_path, proxy=CLOSED)
     torch.manual_seed(3)
-    timm_state = {k: v + 0.25 if v.is_floating_point() else v
-                  for k, v in timm.create_model("test_resnet", pretrained=False).state_dict().items()}
+    timm_state = {
+        k: v + 0.25 if v.is_floating_point() else v for k, v in timm.create_model("test_resnet", pretrained=False).state_dict().items()
+    }
     snapshot = Path(env["HF_HOME"]) / "hub" / "models--timm--test_resnet.r160_in1k" / "snapshots" / ("0" * 40)
     snapshot.mkdir(parents=True)
     (snapshot.parents[1] / "refs").mkdir()
@@ -443,7 +487,11 @@ def test_cached_pretrained_weights_still_load_with_the_hub_unreachable(tmp_path,
     start = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-c", CACHED_CHECK, str(snapshot / "model.safetensors"), str(tv_path), str(image)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("loaded ") == 2 and "Traceback" not in done.stderr

@@ -1,4 +1,5 @@
 """Interruptions and faults: signals mid-batch and --skip-existing, out of memory, unwritable or full output folders."""
+
 from __future__ import annotations
 
 import errno
@@ -27,8 +28,24 @@ def _folder(tmp_path: Path, count: int) -> Path:
 
 def _explain(folder: Path, out: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "gradcam_cli", "explain", str(folder), "--model", "test_resnet",
-               "--no-pretrained", "-b", "2", "--workers", "2", "-o", str(out), "--json", *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "gradcam_cli",
+        "explain",
+        str(folder),
+        "--model",
+        "test_resnet",
+        "--no-pretrained",
+        "-b",
+        "2",
+        "--workers",
+        "2",
+        "-o",
+        str(out),
+        "--json",
+        *extra,
+    ]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -152,8 +169,7 @@ def test_a_full_disk_stops_the_run_with_one_message(run_cli, tmp_path, monkeypat
     folder = _folder(tmp_path, 12)
     inputs = _snapshot(folder)
     out = tmp_path / "out"
-    result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "2", "--workers", "1",
-                     "-o", out, "--json")
+    result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "2", "--workers", "1", "-o", out, "--json")
     assert result.code == 1
     errors = [line for line in result.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "No space left on device" in errors[0] and "--skip-existing" in errors[0]
@@ -179,17 +195,18 @@ def test_a_stop_request_waits_for_a_checkpoint_and_a_second_signal_does_not():
         assert reached and first.value.exit_code == 143
 
 
-
 @pytest.mark.slow
 def test_a_second_signal_ends_the_process_at_once(tmp_path) -> None:
     """Asked twice while the run streams: the process ends at once (no exception that could leave a lock held)."""
-    script = ("import os, signal, time\n"
-              "from gradcam_cli.cli.signals import StopRequests\n"
-              "with StopRequests() as stops, stops.deferred():\n"
-              "    os.kill(os.getpid(), signal.SIGINT); time.sleep(0.05)\n"
-              "    print('still running', flush=True)\n"
-              "    os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
-              "    print('not reached', flush=True)\n")
+    script = (
+        "import os, signal, time\n"
+        "from gradcam_cli.cli.signals import StopRequests\n"
+        "with StopRequests() as stops, stops.deferred():\n"
+        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(0.05)\n"
+        "    print('still running', flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGINT); time.sleep(5)\n"
+        "    print('not reached', flush=True)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, env=env)
     assert done.returncode == 130 and done.stdout == "still running\n", (done.stdout, done.stderr)
@@ -200,9 +217,26 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path) -> None:
 def test_ctrl_c_stops_a_run_waiting_for_paths_on_stdin(tmp_path) -> None:
     """`producer | gradcam explain -` with a producer that stays quiet: Ctrl-C still stops it at once."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "gradcam_cli", "explain", "-", "--model", "test_resnet",
-                                "--no-pretrained", "-o", str(tmp_path / "out"), "--json"],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gradcam_cli",
+            "explain",
+            "-",
+            "--model",
+            "test_resnet",
+            "--no-pretrained",
+            "-o",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     assert process.stderr is not None
     first = process.stderr.readline()  # said when the run starts, just before it reads stdin (left open, empty)
     assert "--no-pretrained" in first, first

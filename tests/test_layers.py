@@ -3,6 +3,7 @@
 Models are built without weights (timm test models, torchvision weights=None)
 inside fixtures, so importing this module stays light.
 """
+
 from __future__ import annotations
 
 import re
@@ -82,6 +83,7 @@ class PlainCnn:
 
 # ---------------------------------------------------------------- resolve_layer
 
+
 def test_positive_and_negative_indices(test_resnet, test_vit, test_convnext):
     last = len(test_resnet.layer4) - 1
     layer = resolve_layer(test_resnet, "layer4.-1")
@@ -146,6 +148,7 @@ def test_out_of_range_index(test_resnet):
 
 
 # ---------------------------------------------------------------- default_layer_paths
+
 
 def test_default_timm_families(test_resnet, test_vit, test_convnext):
     assert default_layer_paths(test_resnet, "test_resnet", TIMM) == ["layer4"]
@@ -252,11 +255,16 @@ def small_timm(name, size, **kwargs):
 # prefix tokens at the default layer (0 where the class token comes after the blocks)
 TOKEN_FAMILIES = {
     "vit": (small_timm("vit_tiny_patch16_224", 160), (160, 160), "timm", "vit", "patch_embed.proj", 1),
-    "deit-distilled": (small_timm("deit_tiny_distilled_patch16_224", (128, 160)), (128, 160), "timm", "deit",
-                       "patch_embed.proj", 2),
+    "deit-distilled": (small_timm("deit_tiny_distilled_patch16_224", (128, 160)), (128, 160), "timm", "deit", "patch_embed.proj", 2),
     "vit-reg4": (small_timm("vit_tiny_patch16_224", 96, reg_tokens=4), (96, 96), "timm", "vit", "patch_embed.proj", 5),
-    "vit-reg4-dynamic-non-square": (small_timm("vit_tiny_patch16_224", 96, reg_tokens=4, dynamic_img_size=True),
-                                    (96, 160), "timm", "vit", "patch_embed.proj", 5),
+    "vit-reg4-dynamic-non-square": (
+        small_timm("vit_tiny_patch16_224", 96, reg_tokens=4, dynamic_img_size=True),
+        (96, 160),
+        "timm",
+        "vit",
+        "patch_embed.proj",
+        5,
+    ),
     "cait": (small_timm("cait_xxs24_224", 160, depth_token_only=1), (160, 160), "timm", "cait", "patch_embed.proj", 0),
     "xcit": (small_timm("xcit_nano_12_p16_224", 160), (160, 160), "timm", "xcit", "patch_embed.proj", 0),
     "xcit-odd-size": (small_timm("xcit_nano_12_p16_224", 160), (90, 70), "timm", "xcit", "patch_embed.proj", 0),

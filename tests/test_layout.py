@@ -4,6 +4,7 @@ Unit checks of `detect_layout` / `Layout.to_nchw` on synthetic and real
 shapes, then end to end: `cam()` on token models equals pytorch-grad-cam fed
 the reshape a user would have to write.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -275,8 +276,9 @@ def test_token_counts_off_the_patch_grid_keep_the_older_reading() -> None:
     assert detect_layout((1, 50, 8), (224, 224), hints) == Layout("NLC", (7, 7), 1)
     assert detect_layout((1, 49, 8), (224, 224), LayoutHints(patch_grid=(14, 14))) == Layout("NLC", (7, 7), 0)
     too_many = 196 + MAX_PREFIX_TOKENS + 1
-    assert detect_layout((1, too_many, 8), (224, 224), hints) == detect_layout((1, too_many, 8), (224, 224),
-                                                                              LayoutHints(num_prefix_tokens=1))
+    assert detect_layout((1, too_many, 8), (224, 224), hints) == detect_layout(
+        (1, too_many, 8), (224, 224), LayoutHints(num_prefix_tokens=1)
+    )
 
 
 def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:

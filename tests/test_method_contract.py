@@ -6,6 +6,7 @@ unless flagged blank; blank flags set where a map must be blank; the model left 
 when its forward raises after the target layer; a citation of the method's paper. Then the
 registry's names against pytorch-grad-cam's classes, and a check that the as-found check can fail.
 """
+
 from __future__ import annotations
 
 import re
@@ -50,8 +51,14 @@ CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, ...], str]] = {
 def explain(model: torch.nn.Module, x: torch.Tensor, layer: str, name: str) -> CamBatch:
     """The engine, as `gradcam_cli.cam` calls it, for the top TOPK classes; the model must come back as found."""
     with left_as_found(model):
-        return compute_cams(model, x, resolve_layers(model, [layer]), METHODS[name], TargetChoice(topk=TOPK),
-                            num_prefix_tokens=getattr(model, "num_prefix_tokens", None))
+        return compute_cams(
+            model,
+            x,
+            resolve_layers(model, [layer]),
+            METHODS[name],
+            TargetChoice(topk=TOPK),
+            num_prefix_tokens=getattr(model, "num_prefix_tokens", None),
+        )
 
 
 # ---------------------------------------------------------------- maps: size, finite, [0, 1]
@@ -281,4 +288,3 @@ def test_the_registry_holds_pytorch_grad_cams_methods_under_these_names() -> Non
     for name, classes in EQUIVALENTS.items():
         assert all(isinstance(getattr(pytorch_grad_cam, c, None), type) for c in classes), (name, classes)
         assert METHODS[name].name == name
-

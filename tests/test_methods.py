@@ -4,6 +4,7 @@ Parity: same model, layer, input and one different class per image on both
 sides; the reference gets the hand-written ViT reshape, we get only the layer's
 name. Random weights (never pretrained), seeded inputs, eval mode.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -58,9 +59,9 @@ def token_reshape(prefix: int, h: int, w: int) -> Callable[[torch.Tensor], torch
 CASES = {
     "resnet-layer4": ("test_resnet", (3, 3, 96, 128), "layer4", lambda m: m.layer4, None),
     # 16-pixel patches: a 10x10 grid after 1 class token
-    "vit-last-norm1": ("test_vit", (2, 3, 160, 160), "blocks.-1.norm1", lambda m: m.blocks[-1].norm1,
-                       token_reshape(1, 10, 10)),
+    "vit-last-norm1": ("test_vit", (2, 3, 160, 160), "blocks.-1.norm1", lambda m: m.blocks[-1].norm1, token_reshape(1, 10, 10)),
 }
+
 
 def per_image_classes(model: torch.nn.Module, x: torch.Tensor) -> list[int]:
     """A high-ranked class per image, never its top class, and no two images alike.
@@ -108,16 +109,17 @@ def test_method_matches_reference(method: str, case: str, eigen_smooth: bool, mo
     from gradcam_cli.cams import engine as cams
     from gradcam_cli.cams.methods.projection import first_component
 
-    weighted, weighted_ref = projection_inputs(model, x, path, method, classes, eigen_smooth, module, reshape,
-                                               monkeypatch)
+    weighted, weighted_ref = projection_inputs(model, x, path, method, classes, eigen_smooth, module, reshape, monkeypatch)
     tolerances = eigen_tolerances(weighted, weighted_ref)
     monkeypatch.setattr(cams, "first_component", lambda w: -first_component(w))
     negated = gradcam_cli.cam(model, x, path, method=method, classes=classes, eigen_smooth=eigen_smooth)
     for i, tol in enumerate(tolerances):
         same = np.allclose(ours[i].numpy(), ref[i], atol=tol, rtol=0)
         flipped = np.allclose(negated[i].numpy(), ref[i], atol=tol, rtol=0)
-        assert same or flipped, f"image {i}: max diff {np.abs(ours[i].numpy() - ref[i]).max():.3g} " \
-                                f"(negated: {np.abs(negated[i].numpy() - ref[i]).max():.3g}), tolerance {tol:.3g}"
+        assert same or flipped, (
+            f"image {i}: max diff {np.abs(ours[i].numpy() - ref[i]).max():.3g} "
+            f"(negated: {np.abs(negated[i].numpy() - ref[i]).max():.3g}), tolerance {tol:.3g}"
+        )
 
 
 # Why the eigen cases get a tolerance of their own. The map is the projection on
@@ -176,6 +178,7 @@ def projection_inputs(model, x, path, method, classes, eigen_smooth, module, res
 
 def eigen_tolerances(weighted: torch.Tensor, weighted_ref: torch.Tensor) -> list[float]:
     """Per image: ATOL widened by how much float32 rounding can turn the first singular vector (see above)."""
+
     def centred(w: torch.Tensor) -> torch.Tensor:
         rows = w.reshape(w.shape[0], w.shape[1], -1).transpose(1, 2)
         return rows - rows.mean(dim=1, keepdim=True)
@@ -200,7 +203,7 @@ def test_methods_differ_from_each_other() -> None:
     maps = {name: gradcam_cli.cam(model, x, "blocks.-1.norm1", method=name) for name in METHODS}
     names = list(maps)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             assert not torch.allclose(maps[a], maps[b], atol=1e-3), (a, b)
 
 
@@ -221,8 +224,7 @@ def test_every_registered_method_follows_the_conventions(run_cli) -> None:
 def test_cli_explains_with_gradcam_plus_plus(run_cli, tmp_path) -> None:
     src = write_image(tmp_path / "cat.png", 96, 64, seed=5)
     out = tmp_path / "out"
-    result = run_cli("explain", src, "--model", "test_resnet", "--no-pretrained", "--method", "gradcam++",
-                     "-o", out, "--json")
+    result = run_cli("explain", src, "--model", "test_resnet", "--no-pretrained", "--method", "gradcam++", "-o", out, "--json")
     assert result.code == 0, result.stderr
     (record,) = result.records()
     assert record.get("method", "gradcam++") == "gradcam++"

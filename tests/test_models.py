@@ -5,6 +5,7 @@ No test may reach a network: conftest switches the hubs offline and points
 every cache at an empty folder; the pretrained-weights tests also send HTTP(S)
 to a closed local port, so even a connected machine fails fast and offline.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -67,6 +68,7 @@ def explain(run_cli, tmp_path: Path, image: Path, *args):
 
 
 # ---------------------------------------------------------------- local weights
+
 
 def test_safetensors_weights_with_three_classes(run_cli, tmp_path, image, three_class_state):
     weights = save_safetensors(three_class_state, tmp_path / "three.safetensors")
@@ -213,6 +215,7 @@ def test_checkpoint_that_does_not_fit_names_missing_and_unexpected_keys(run_cli,
 
 # ---------------------------------------------------------------- model names
 
+
 def test_unknown_torchvision_model_suggests(run_cli, tmp_path, image):
     result = run_cli("explain", "-m", "torchvision:resnet5", "--no-pretrained", "-o", tmp_path / "out", image)
     assert result.code == 2
@@ -221,6 +224,7 @@ def test_unknown_torchvision_model_suggests(run_cli, tmp_path, image):
 
 
 # ---------------------------------------------------------------- offline pretrained weights
+
 
 @pytest.fixture
 def no_network(monkeypatch, tmp_path):
@@ -245,6 +249,7 @@ def test_pretrained_unavailable_offline_is_one_line_with_next_steps(run_cli, tmp
 
 
 # ---------------------------------------------------------------- devices
+
 
 def test_resolve_device():
     import torch

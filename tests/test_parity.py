@@ -4,6 +4,7 @@ Same model, layer(s), input and targets on both sides; the reference gets the
 reshape function a user would hand-write, we get only the layer's name.
 Random weights (never pretrained), seeded inputs, eval mode.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

@@ -4,6 +4,7 @@ Fresh scenes (a seed and sizes the model never trained on, non-square) go
 through `gradcam explain` with the preset's defaults; the hottest pixel of each
 raw map, at the original resolution, must fall within 15 px of the shape's box.
 """
+
 from __future__ import annotations
 
 import sys
@@ -58,9 +59,7 @@ def scenes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tu
 def test_pointing_game_through_the_cli(run_cli, scenes, tmp_path: Path) -> None:
     folder, truth = scenes
     out = tmp_path / "out"
-    result = run_cli(
-        "explain", folder, "--config", ROOT / "configs" / "shapes_example.yaml", "--save-raw", "--json", "-o", out
-    )
+    result = run_cli("explain", folder, "--config", ROOT / "configs" / "shapes_example.yaml", "--save-raw", "--json", "-o", out)
     assert result.code == 0, result.stderr
     records = result.records()
     assert len(records) == SCENES

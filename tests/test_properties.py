@@ -10,6 +10,7 @@
 - Decoding: any small image of any mode in PNG/TIFF/GIF/JPEG decodes to uint8
   (H, W, 3); arbitrary bytes named .png/.jpg give an InputError or an image, nothing else.
 """
+
 from __future__ import annotations
 
 import io
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 # ------------------------------------------------------------------ layer paths
+
 
 def _free_name(name: str) -> bool:
     from torch import nn
@@ -231,8 +233,9 @@ def test_original_to_input_and_back_is_within_a_pixel(height, width, config, cro
 
 
 @SETTINGS
-@given(height=st.integers(1, 300), width=st.integers(1, 300), config=data_configs(), crop=st.booleans(),
-       fx=st.floats(0, 1), fy=st.floats(0, 1))
+@given(
+    height=st.integers(1, 300), width=st.integers(1, 300), config=data_configs(), crop=st.booleans(), fx=st.floats(0, 1), fy=st.floats(0, 1)
+)
 def test_a_hot_input_pixel_lands_where_to_original_says(height, width, config, crop, fx, fy):
     """map_to_original agrees with Geometry.to_original: a delta at input (u, v) peaks near to_original(u, v)."""
     import torch
@@ -382,8 +385,12 @@ def test_names_of_the_error_kinds_in_the_messages():
     from gradcam_cli.inputs.decode import load_image
 
     with tempfile.TemporaryDirectory() as folder:
-        cases = {"e.png": (b"", r"empty file"), "h.jpg": (b"\n<html><p>x</p></html>", r"HTML page"),
-                 "t.png": (b"hello\n", r"text file"), "b.jpg": (bytes(range(256)), r"not an image file")}
+        cases = {
+            "e.png": (b"", r"empty file"),
+            "h.jpg": (b"\n<html><p>x</p></html>", r"HTML page"),
+            "t.png": (b"hello\n", r"text file"),
+            "b.jpg": (bytes(range(256)), r"not an image file"),
+        }
         for name, (content, pattern) in cases.items():
             path = Path(folder) / name
             path.write_bytes(content)

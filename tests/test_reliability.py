@@ -4,6 +4,7 @@ a non-finite image fails alone; outputs stay under the output folder whatever th
 The long soak over thousands of files in a child process is `benchmarks/soak.py`
 (not part of the default run).
 """
+
 from __future__ import annotations
 
 import gc
@@ -26,6 +27,7 @@ TINY = ("--model", "test_resnet", "--no-pretrained", "--json")
 
 # ---------------------------------------------------------------- many runs, one model
 
+
 def _rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -47,8 +49,7 @@ def _tensor_count() -> int:
 
 
 # (method, layer, runs after the warm-up): 1,000 of the default, a few hundred of each other kind
-RUNS = (("gradcam", "layer4", 1000), ("eigencam", "layer4", 200), ("guided-gradcam", "layer4", 200),
-        ("scorecam", "layer1", 100))
+RUNS = (("gradcam", "layer4", 1000), ("eigencam", "layer4", 200), ("guided-gradcam", "layer4", 200), ("scorecam", "layer1", 100))
 WARM_UP = 50
 
 
@@ -104,6 +105,7 @@ def test_one_model_explained_1500_times_is_left_as_found_and_memory_stays_flat()
 
 # ---------------------------------------------------------------- one image with NaN or inf
 
+
 class _NanGradient(torch.autograd.Function):
     """Identity forward; the backward turns the gradient of the rows in `mask` into NaN."""
 
@@ -124,6 +126,7 @@ def _poison(kind: str):
     The rest of the forward is the model's own (the target layer's hook fires as usual), so
     everything after it — the finiteness check, the writer, the records, the exit code — is the real path.
     """
+
     def wrap(model: torch.nn.Module) -> None:
         original = model.forward
 
@@ -178,6 +181,7 @@ def test_non_finite_image_is_an_error_record_and_the_rest_are_explained(run_cli,
 
 # ---------------------------------------------------------------- outputs under -o, inputs untouched
 
+
 def _tree(root: Path) -> dict[str, bytes | str]:
     """Every file below root (not following links): its bytes, or where a link points."""
     found: dict[str, bytes | str] = {}
@@ -205,8 +209,13 @@ def test_absolute_relative_and_symlinked_inputs_write_only_under_the_output_fold
     before = _tree(tmp_path)
 
     out = tmp_path / "out"
-    inputs = ["../x/img.png", str(tmp_path / "y" / "img.png"), str(links / "named.png"), "../links",
-              str(tmp_path / "far" / "away" / ".." / "away" / "real.png")]
+    inputs = [
+        "../x/img.png",
+        str(tmp_path / "y" / "img.png"),
+        str(links / "named.png"),
+        "../links",
+        str(tmp_path / "far" / "away" / ".." / "away" / "real.png"),
+    ]
     result = run_cli("explain", *inputs, *TINY, "--save-raw", "-o", "../out")
     assert result.code == 0, result.stderr
     records = result.records()
@@ -240,8 +249,18 @@ def test_output_folder_is_the_input_folder_and_inputs_are_named_every_way(run_cl
     monkeypatch.chdir(work)
     before = _tree(tmp_path)
 
-    result = run_cli("explain", "../pics", str(folder / "a.png"), "../pics/sub/e.png", str(folder / "link.png"),
-                     "-r", *TINY, "--save-raw", "-o", str(folder))
+    result = run_cli(
+        "explain",
+        "../pics",
+        str(folder / "a.png"),
+        "../pics/sub/e.png",
+        str(folder / "link.png"),
+        "-r",
+        *TINY,
+        "--save-raw",
+        "-o",
+        str(folder),
+    )
     assert result.code == 0, result.stderr
     records = result.records()
     assert len(records) == 9 and all(r["ok"] for r in records)  # 6 in the folder, 3 named again

@@ -1,4 +1,5 @@
 """What a run says before it starts, per-target flags, and resume that never trusts an incomplete file."""
+
 from __future__ import annotations
 
 import io
@@ -12,8 +13,15 @@ import pytest
 
 from conftest import EXAMPLES, write_image
 
-SHAPES = ("-m", "test_resnet", "--weights", str(EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors"),
-          "--labels", str(EXAMPLES / "shapes_model" / "labels.txt"), "--json")
+SHAPES = (
+    "-m",
+    "test_resnet",
+    "--weights",
+    str(EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors"),
+    "--labels",
+    str(EXAMPLES / "shapes_model" / "labels.txt"),
+    "--json",
+)
 TINY = ("-m", "test_resnet", "--no-pretrained", "--json")
 
 
@@ -44,8 +52,13 @@ def test_no_pretrained_says_once_that_the_maps_mean_nothing(run_cli, tmp_path, o
 def test_a_gradient_free_method_says_its_cost_before_it_starts(tmp_path, one_thread):
     write_image(tmp_path / "a.png", 40, 30, seed=3)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    process = subprocess.Popen([sys.executable, "-m", "gradcam_cli", "explain", "a.png", *TINY, "--method", "scorecam",
-                                "-o", "out"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gradcam_cli", "explain", "a.png", *TINY, "--method", "scorecam", "-o", "out"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
     (line,) = [line for line in stderr.splitlines() if "masked forwards per image" in line]
@@ -63,12 +76,18 @@ def test_each_target_has_its_own_blank_flag():
     from gradcam_cli.outputs.writer import ResultWriter
 
     out = Path("out")
-    writer = ResultWriter(OutputNamer(out, "gradcam", 9), None, {"model": "m", "layers": ["layer4"], "method": "gradcam",
-                          "device": "cpu", "settings": {}})
+    writer = ResultWriter(
+        OutputNamer(out, "gradcam", 9), None, {"model": "m", "layers": ["layer4"], "method": "gradcam", "device": "cpu", "settings": {}}
+    )
     maps = torch.zeros(1, 2, 8, 8)
     maps[0, 0, 2:5, 2:5] = 1.0
-    cams = CamBatch(maps=maps, blank=torch.tensor([[False, True]]), finite=torch.tensor([True]),
-                    logits=torch.arange(10.0)[None], targets=torch.tensor([[9, 8]]))
+    cams = CamBatch(
+        maps=maps,
+        blank=torch.tensor([[False, True]]),
+        finite=torch.tensor([True]),
+        logits=torch.arange(10.0)[None],
+        targets=torch.tensor([[9, 8]]),
+    )
     geometry = Geometry((8, 8), (8, 8), (8, 8), (0, 0), (0.0, 0.0, 8.0, 8.0))
     record = writer.finish(Path("x.png"), np.zeros((8, 8, 3), np.uint8), geometry, cams, 0, PurePath("x.png"))
     assert [t.blank for t in record.targets] == [False, True]
@@ -82,6 +101,7 @@ def test_each_target_has_its_own_blank_flag():
 
 
 # ---------------------------------------------------------------- resume
+
 
 def _outputs(out: Path) -> dict[str, Path]:
     return {p.name: p for p in out.rglob("*") if p.is_file()}

@@ -4,6 +4,7 @@ The in-process runner of conftest hands the CLI StringIO streams, which are
 never terminals; these tests start `python -m gradcam_cli` with a pty (or a
 pipe) as its stdout and stderr and look at the raw bytes that come out.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -25,9 +26,12 @@ from conftest import EXAMPLES, ROOT, write_image
 pytestmark = pytest.mark.slow  # real processes on pseudo-terminals and pipes
 
 MODEL = (
-    "--model", "test_resnet",
-    "--weights", str(EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors"),
-    "--labels", str(EXAMPLES / "shapes_model" / "labels.txt"),
+    "--model",
+    "test_resnet",
+    "--weights",
+    str(EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors"),
+    "--labels",
+    str(EXAMPLES / "shapes_model" / "labels.txt"),
 )
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
 
@@ -47,8 +51,15 @@ def in_terminal(cwd: Path, *args: str, stdin: str | None = None, timeout: float 
     """Run `gradcam explain ARGS` with a pseudo-terminal as stdout and stderr; its exit code and what it showed."""
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
-    process = subprocess.Popen(_command(*args), stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-                               stdout=slave, stderr=slave, cwd=cwd, env=_env(), start_new_session=True)
+    process = subprocess.Popen(
+        _command(*args),
+        stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        stdout=slave,
+        stderr=slave,
+        cwd=cwd,
+        env=_env(),
+        start_new_session=True,
+    )
     os.close(slave)
     if process.stdin is not None:
         process.stdin.write((stdin or "").encode())
@@ -124,8 +135,13 @@ def test_a_closed_stdout_stops_the_run_quietly_with_whole_files(tmp_path):
     for i in range(count):
         write_image(tmp_path / "imgs" / f"p{i:02d}.png", 320, 240, seed=60 + i)
     env = {key: value for key, value in _env().items() if key != "TERM"}
-    process = subprocess.Popen(_command("imgs", *MODEL, "-o", "out", "-b", "1", "--workers", "1", "--json"),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env)
+    process = subprocess.Popen(
+        _command("imgs", *MODEL, "-o", "out", "-b", "1", "--workers", "1", "--json"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=env,
+    )
     assert process.stdout is not None and process.stderr is not None
     first = process.stdout.readline()  # like `| head -1`: one record read, then the reader goes away
     process.stdout.close()

@@ -1,8 +1,9 @@
 """Write the README's option table and preset key list from the one option table (gradcam_cli/settings.py).
 
-    python tools/readme_options.py          # rewrite README.md between the markers
-    python tools/readme_options.py --check  # exit 1 when README.md differs (tests/test_docs.py checks the same)
+python tools/readme_options.py          # rewrite README.md between the markers
+python tools/readme_options.py --check  # exit 1 when README.md differs (tests/test_docs.py checks the same)
 """
+
 from __future__ import annotations
 
 import re

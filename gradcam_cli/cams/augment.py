@@ -8,6 +8,7 @@ is brought back to the original view; where a zoomed-in view does not cover a
 pixel it does not vote, and its vote fades in towards its edges (no seam). Every view explains the classes chosen on the
 unaugmented view, so a flip cannot switch the explained class.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,6 +5,7 @@ all: channels reduced (sum, or first principal component), ReLU, per-layer
 normalisation, upsampling, layers combined, renormalised. Kept free of files
 and images so the Python API and the CLI share it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from gradcam_cli.layers.paths import ResolvedLayer
     from gradcam_cli.cams.methods import CamMethod
     from gradcam_cli.cams.targets import FixedTargets, TargetChoice
+
 
 @dataclass
 class _Job:
@@ -49,8 +51,7 @@ class _Job:
 
         hints = replace(self.hints, patch_grid=patch_grid(self.model, self.size))
         return [
-            detect_layout(tuple(a.shape), self.size, replace(hints, channels_dim=channels_dim_hint(layer.module)),
-                          layer.name)
+            detect_layout(tuple(a.shape), self.size, replace(hints, channels_dim=channels_dim_hint(layer.module)), layer.name)
             for a, layer in zip(activations, self.layers)
         ]
 
@@ -83,8 +84,10 @@ def _run_gradient(job: _Job) -> CamBatch:
     from gradcam_cli.extract.guided import guided_backprop
 
     method = job.method
-    with LayerRecorder(job.model, list(job.layers), job.model_name, input_grad=method.guided) as recorder, \
-            guided_backprop(method.guided) as guide:
+    with (
+        LayerRecorder(job.model, list(job.layers), job.model_name, input_grad=method.guided) as recorder,
+        guided_backprop(method.guided) as guide,
+    ):
         with job.autocast():
             logits = recorder.forward(job.x)
         chosen = job.targets.choose(logits)
@@ -113,15 +116,22 @@ def _run_gradient(job: _Job) -> CamBatch:
     return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, guided_t)
 
 
-def _perturbation_raws(job: _Job, activations: list[torch.Tensor], grids: list[torch.Tensor],
-                       layouts: list[Layout], logits: torch.Tensor, classes: torch.Tensor) -> list[torch.Tensor]:
+def _perturbation_raws(
+    job: _Job,
+    activations: list[torch.Tensor],
+    grids: list[torch.Tensor],
+    layouts: list[Layout],
+    logits: torch.Tensor,
+    classes: torch.Tensor,
+) -> list[torch.Tensor]:
     """Raw maps per layer of a gradient-free method that weighs channels by extra forwards."""
     from gradcam_cli.extract.perturb import LayerProbe
 
     raws = []
     for layer, raw, layout, grid in zip(job.layers, activations, layouts, grids):
-        probe = LayerProbe(job.model, job.x, layer, layout, raw, grid, logits, classes,
-                           job.options.cam_batch_size, job.options.progress, job.method.name)
+        probe = LayerProbe(
+            job.model, job.x, layer, layout, raw, grid, logits, classes, job.options.cam_batch_size, job.options.progress, job.method.name
+        )
         with job.autocast():
             weights = job.method.perturbation_cam()(probe).float()
         raws.append(job.reduce(weights[:, :, None, None] * grid))
@@ -146,8 +156,7 @@ def _run_forward_only(job: _Job) -> CamBatch:
             per_rank = [(cam, blank)] * chosen.shape[1]
         else:
             per_rank = [
-                finish_maps(_perturbation_raws(job, activations, grids, layouts, logits, chosen[:, k]), job.size,
-                            job.options)
+                finish_maps(_perturbation_raws(job, activations, grids, layouts, logits, chosen[:, k]), job.size, job.options)
                 for k in range(chosen.shape[1])
             ]
         maps_t, blanks_t = _stack([m for m, _ in per_rank], [b for _, b in per_rank])
@@ -169,7 +178,9 @@ def _run_network(job: _Job) -> CamBatch:
             finite &= finite_rows(input_grad, *gradients)
             ran = recorder.ran_layers()
             network = NetworkGradients(
-                recorder.recorded_input().detach(), input_grad, [(layer.module, g) for layer, g in zip(ran, gradients)],
+                recorder.recorded_input().detach(),
+                input_grad,
+                [(layer.module, g) for layer, g in zip(ran, gradients)],
                 job.options.eigen_smooth,
             )
             cam, blank = finish_maps([job.method.network_cam()(network)], job.size, job.options)

@@ -1,4 +1,5 @@
 """Which class each map explains: top-1, named or numbered classes, or the top K."""
+
 from __future__ import annotations
 
 import difflib

@@ -4,6 +4,7 @@ Results go to stdout (JSON Lines when piped or with --json), everything for
 humans (progress, warnings, errors) to stderr, through the `Streams` given to
 `main`. No maths here; each command lives in its own module.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -41,9 +42,7 @@ def _version(ctx: typer.Context, value: bool) -> None:
 
 @app.callback()
 def root(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show the full traceback of an error.")] = False,
 ) -> None:
     """Explain image classifiers: heat-map overlays of what a timm or torchvision model looks at."""
@@ -55,6 +54,7 @@ app.command()(methods)
 
 
 # --------------------------------------------------------------------- main
+
 
 def _usage_message(error: Any, args: list[str]) -> str:
     """click's usage error as one line that names the help to read (`gradcam explain --help` for its options)."""
@@ -139,8 +139,10 @@ def main(argv: list[str] | None = None, streams: Streams | None = None) -> None:
             print(_usage_message(error, args), file=stderr)
             code = ExitCode.USAGE
         else:
-            print(f"gradcam: internal error: {type(error).__name__}: {error} "
-                  "(rerun with --debug for the traceback, and report it)", file=stderr)
+            print(
+                f"gradcam: internal error: {type(error).__name__}: {error} (rerun with --debug for the traceback, and report it)",
+                file=stderr,
+            )
             code = ExitCode.INTERNAL
     try:
         sys.stdout.flush()

@@ -5,6 +5,7 @@ so the human output and the progress display are driven through it, not by
 patching `sys`. A stream that is not a terminal can say it is one
 (`stderr_tty=True`) to exercise the progress line.
 """
+
 from __future__ import annotations
 
 import os
@@ -207,8 +208,14 @@ def _progress_columns(total: int | None) -> tuple[Any, ...]:
 
     if total is None:  # paths on stdin: how many will come is not known
         return SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn()
-    return (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-            _rate_column(), TimeRemainingColumn())
+    return (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=24),
+        MofNCompleteColumn(),
+        _rate_column(),
+        TimeRemainingColumn(),
+    )
 
 
 def _rate_column() -> Any:
@@ -228,5 +235,3 @@ def _rate_column() -> Any:
 
 def progress_line(streams: Streams, quiet: bool, total: int | None = None) -> ProgressLine | None:
     return ProgressLine(streams, total) if streams.stderr_tty and not quiet else None
-
-

@@ -5,6 +5,7 @@ default and its preset key cannot drift apart. Named inputs are scanned before
 the model loads (a run of only bad paths fails at once), signals become stop
 requests, and the records go to the console as they come.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -54,8 +55,7 @@ def _parameter(option: Option) -> inspect.Parameter:
         spec = typer.Option(*option.flags, parser=_choice_parser(option.flag, option.choices), metavar=shown, help=option.help)
     else:
         spec = typer.Option(*option.flags, help=option.help, show_default=option.default is not None)
-    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default,
-                             annotation=Annotated[kind, spec])
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default, annotation=Annotated[kind, spec])
 
 
 def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Path | None) -> dict[str, Any]:
@@ -86,6 +86,7 @@ def _unknown_choice(option: str, value: str, names: list[str]) -> GradcamError:
 
 def _choice_parser(option: str, names: Any) -> Any:
     """A parser for a fixed set of values; refuses with one plain line (typer's own says "Value error, ...")."""
+
     def parse(value: Any) -> str:
         text = str(getattr(value, "value", value))
         known = list(names)
@@ -111,8 +112,9 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
 
             if scan is not None:
                 scan.tell(reporter.warn)
-            explainer = Explainer(settings, warn=reporter.warn, checkpoint=stops.checkpoint,
-                                  progress=reporter.progress.detail if reporter.progress else None)
+            explainer = Explainer(
+                settings, warn=reporter.warn, checkpoint=stops.checkpoint, progress=reporter.progress.detail if reporter.progress else None
+            )
             if reporter.progress:
                 reporter.progress.loaded()
             for path in named_files(inputs, settings.outputs.output_dir):  # known before any output is written
@@ -201,6 +203,8 @@ def _finish(summary: Any, settings: ExplainSettings, streams: Streams, quiet: bo
 
 
 explain.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # what typer reads: the table's options
-    [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-     *(_parameter(option) for option in OPTIONS)]
+    [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        *(_parameter(option) for option in OPTIONS),
+    ]
 )

@@ -1,4 +1,5 @@
 """`gradcam layers` and `gradcam methods`: what a user looks up before choosing a --layer and a --method."""
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 A preset fills in what the command line did not say; flags always win. An
 unknown key or a value of the wrong kind is a usage error that names it.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -138,8 +139,7 @@ def _read_preset_text(path: Path) -> str:
         raise UsageError(f"--config {path}: cannot read it ({error.strerror or type(error).__name__})") from None
     if len(raw) > MAX_PRESET_BYTES:
         raise UsageError(
-            f"--config {path}: over {MAX_PRESET_BYTES // 1024} KiB, too big for a preset; "
-            "a preset is a short YAML mapping of option: value"
+            f"--config {path}: over {MAX_PRESET_BYTES // 1024} KiB, too big for a preset; a preset is a short YAML mapping of option: value"
         )
     try:
         return raw.decode("utf-8-sig")

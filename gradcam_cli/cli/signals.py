@@ -10,6 +10,7 @@ it is raised at once. A second signal while one waits ends the process at
 once: every output name still holds a whole file (files are renamed into
 place), and a temporary file it may leave is cleared by the next run.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,11 +25,10 @@ from gradcam_cli.errors import ExitCode, Interrupted
 
 T = TypeVar("T")
 
-INTERRUPTED_MESSAGE = (
-    "interrupted by {signal}; every file written is complete; re-run with --skip-existing to do the rest"
-)
+INTERRUPTED_MESSAGE = "interrupted by {signal}; every file written is complete; re-run with --skip-existing to do the rest"
 HANDLED: dict[int, tuple[str, ExitCode]] = {
-    signal.SIGINT: ("Ctrl-C", ExitCode.INTERRUPTED), signal.SIGTERM: ("SIGTERM", ExitCode.TERMINATED),
+    signal.SIGINT: ("Ctrl-C", ExitCode.INTERRUPTED),
+    signal.SIGTERM: ("SIGTERM", ExitCode.TERMINATED),
 }
 
 

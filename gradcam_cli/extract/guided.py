@@ -16,6 +16,7 @@ GELU, SiLU, ReLU6 and leaky ReLU get the same rule (negative incoming
 gradients dropped before the activation's own derivative), so transformer
 and mobile networks get a guided image too rather than a plain gradient.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -33,8 +34,17 @@ def _activation_functions() -> set[Any]:
     import torch.nn.functional as F
 
     return {
-        F.relu, F.relu_, torch.relu, torch.relu_, torch.Tensor.relu, torch.Tensor.relu_,
-        F.relu6, F.leaky_relu, F.leaky_relu_, F.gelu, F.silu,
+        F.relu,
+        F.relu_,
+        torch.relu,
+        torch.relu_,
+        torch.Tensor.relu,
+        torch.Tensor.relu_,
+        F.relu6,
+        F.leaky_relu,
+        F.leaky_relu_,
+        F.gelu,
+        F.silu,
     }
 
 
@@ -60,9 +70,7 @@ class GuidedBackprop:
         return grad.detach()
 
     @staticmethod
-    def combine(
-        cam: torch.Tensor, backprop: torch.Tensor, options: CamOptions
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def combine(cam: torch.Tensor, backprop: torch.Tensor, options: CamOptions) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Grad-CAM (N, H, W) x guided backprop (N, 3, H, W) → pixel map, blank flags, RGB image.
 
         The pixel map is the largest magnitude over the colour channels, the
@@ -96,4 +104,3 @@ def guided_backprop(enabled: bool) -> Iterator[GuidedBackprop | None]:
 
     with _Mode():
         yield guide
-

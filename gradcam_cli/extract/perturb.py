@@ -6,6 +6,7 @@ device stays busy however few images there are, and only one chunk of
 perturbed inputs ever exists: memory stays flat however many channels the
 layer has (the reference builds all N x C masked images at once).
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager

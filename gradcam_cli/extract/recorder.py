@@ -5,6 +5,7 @@ use of a shared module and compute gradients nobody needs. Asking autograd
 for d(score)/d(layer output) directly stops the backward pass at the target
 layers and never touches parameter `.grad`.
 """
+
 from __future__ import annotations
 
 from contextlib import ExitStack
@@ -33,8 +34,14 @@ class LayerRecorder:
     """
 
     def __init__(
-        self, model: nn.Module, layers: list[ResolvedLayer], model_name: str = "the model",
-        *, graph: bool = True, strict: bool = True, input_grad: bool = False,
+        self,
+        model: nn.Module,
+        layers: list[ResolvedLayer],
+        model_name: str = "the model",
+        *,
+        graph: bool = True,
+        strict: bool = True,
+        input_grad: bool = False,
     ) -> None:
         self.model = model
         self.layers = layers
@@ -158,8 +165,9 @@ class LayerRecorder:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # vmap's performance notes are not the user's business
-                    grads = torch.autograd.grad(scores, outputs, grad_outputs=one_hot, is_grads_batched=True,
-                                                retain_graph=True, allow_unused=True)
+                    grads = torch.autograd.grad(
+                        scores, outputs, grad_outputs=one_hot, is_grads_batched=True, retain_graph=True, allow_unused=True
+                    )
                 if all(g is not None for g in grads):
                     return [[g[i].detach() for g in grads] for i in range(k)]
             except RuntimeError:

@@ -5,6 +5,7 @@ on white, and its pixel count is checked from the header before any decoding,
 so a decompression bomb costs nothing. Any failure is an InputError that names
 the file and says why.
 """
+
 from __future__ import annotations
 
 import io
@@ -63,11 +64,14 @@ def _not_an_image(path: Path) -> str:
     return "not an image file Pillow can read (truncated, or another format)"
 
 
-
-
 def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder")):
+    for test, kind in (
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a folder"),
+    ):
         if test(mode):
             return kind
     return "not a regular file"

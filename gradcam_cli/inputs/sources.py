@@ -10,6 +10,7 @@ source of its own, and the rest go on.
 Output names follow one rule, a function of the input's path alone (see
 `output_relative`): the same file gets the same outputs however it was named.
 """
+
 from __future__ import annotations
 
 import glob
@@ -24,9 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from gradcam_cli.errors import cut, printable
 from gradcam_cli.vocab import Method, values
 
-IMAGE_SUFFIXES = frozenset(
-    {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm", ".jfif"}
-)
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm", ".jfif"})
 GLOB_CHARS = set("*?[")
 # what OutputNamer writes: NAME.METHOD.png, NAME.METHOD.classN.png, NAME.METHOD[.classN].guided.png
 OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in values(Method)) + r")(\.class\d+)?(\.guided)?\.png$")
@@ -231,8 +230,13 @@ def _bounded_lines(stream: TextIO | BinaryIO) -> Iterator[tuple[int, str | _BadL
         raw = line if isinstance(line, bytes) else os.fsencode(line)
         if len(raw) > PATH_MAX and not raw.endswith(b"\n"):
             if not _skip_rest_of_line(stream):
-                yield number, _BadLine(f"stdin line {number}: over {STDIN_GIVE_UP:,} bytes without a newline; "
-                                       "this is not a list of paths, stopped reading stdin")
+                yield (
+                    number,
+                    _BadLine(
+                        f"stdin line {number}: over {STDIN_GIVE_UP:,} bytes without a newline; "
+                        "this is not a list of paths, stopped reading stdin"
+                    ),
+                )
                 return
             yield number, _BadLine(f"stdin line {number}: longer than the {PATH_MAX:,} bytes a path may have; skipped")
             continue
@@ -270,8 +274,12 @@ def named_files(inputs: Iterable[str], output_dir: Path | None = None) -> Iterat
 
 
 def iter_sources(
-    inputs: Iterable[str], stdin: TextIO, recursive: bool = False, skip: Path | None = None,
-    *, notice: Notice | None = None,
+    inputs: Iterable[str],
+    stdin: TextIO,
+    recursive: bool = False,
+    skip: Path | None = None,
+    *,
+    notice: Notice | None = None,
 ) -> Iterator[Source]:
     """All inputs in order; `-` reads paths from stdin lazily. `skip` is the output folder."""
     scanner = SourceScanner(recursive, skip, notice)

@@ -3,6 +3,7 @@
 Each hub knows the look of its own models (model/hub.py: ModelSource.default_layer);
 a model no hub has a rule for gets the last module that outputs a spatial map.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -4,6 +4,7 @@ Users name layers the way they read them in `print(model)`: `layer4.1.conv1`,
 `blocks.-1.norm1`, `encoder.layers.encoder_layer_11.ln_1`. A wrong step fails
 with the children that do exist there, so nobody has to guess.
 """
+
 from __future__ import annotations
 
 import difflib

@@ -1,4 +1,5 @@
 """The module tree for `gradcam layers`: every module's output shape and layout in one probe."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -4,6 +4,7 @@ A checkpoint is untrusted input: it is never unpickled as code, its zip is
 measured before torch inflates it, and its classifier shape is checked
 before a head is built to fit it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -118,9 +119,7 @@ def classifier_name(model: nn.Module) -> str | None:
 MAX_CLASSES = 1_000_000  # beyond any real classifier; the head is rebuilt at this size before loading
 
 
-def checkpoint_num_classes(
-    model: nn.Module, state: dict[str, torch.Tensor], path: Path | None = None
-) -> int | None:
+def checkpoint_num_classes(model: nn.Module, state: dict[str, torch.Tensor], path: Path | None = None) -> int | None:
     """The class count the checkpoint's classifier was trained for, from a weight that can be one.
 
     The count sizes a new head before anything is loaded, so a 1-D tensor, an
@@ -145,8 +144,7 @@ def checkpoint_num_classes(
     classes = int(weight.shape[0])
     if not 1 <= classes <= MAX_CLASSES:
         raise ModelError(
-            f"{where}: classifier weight '{key}' claims {classes:,} classes, more than a classifier has "
-            f"(at most {MAX_CLASSES:,})"
+            f"{where}: classifier weight '{key}' claims {classes:,} classes, more than a classifier has (at most {MAX_CLASSES:,})"
         )
     if weight.numel() * weight.element_size() > weight.untyped_storage().nbytes():
         raise ModelError(

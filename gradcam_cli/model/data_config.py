@@ -3,6 +3,7 @@
 Its own module so that the hubs can build one without importing the loader
 that imports them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

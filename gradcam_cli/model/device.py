@@ -3,6 +3,7 @@
 Kept apart from building models: a run resolves the device before it loads
 anything, and the CLI lists PRECISIONS without importing torch.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -8,6 +8,7 @@ reads its cache without any request, so only an uncached download is probed.
 The hubs say where their weights live (ModelSource.weights_location); this
 module knows nothing of any one hub.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -45,8 +46,7 @@ def plan_download(label: str, where: tuple[str, str] | None) -> str | None:
     host = _host(url)
     if kind == "url":
         raise ModelError(
-            f"could not get pretrained weights for {label} ({host} cannot be reached and they are not in the "
-            f"local cache); {OFFLINE_HINT}"
+            f"could not get pretrained weights for {label} ({host} cannot be reached and they are not in the local cache); {OFFLINE_HINT}"
         )
     return host
 

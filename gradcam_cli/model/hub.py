@@ -6,6 +6,7 @@ layer. The loader and the layer defaults ask the hub and never branch on
 which one it is; a new hub is one module with a ModelSource plus one line in
 SOURCES.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol

@@ -1,4 +1,5 @@
 """The user's class names file (--labels)."""
+
 from __future__ import annotations
 
 from pathlib import Path

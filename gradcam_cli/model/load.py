@@ -5,6 +5,7 @@ their preprocessing; this module only asks the hub a name belongs to, loads
 a user's checkpoint in its place and turns the failures into one-line
 messages.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,9 +68,7 @@ def _seed_random_init() -> None:
     torch.manual_seed(0)
 
 
-def build_model(
-    name: str, pretrained: bool = True, num_classes: int | None = None
-) -> tuple[nn.Module, ModelSource, str]:
+def build_model(name: str, pretrained: bool = True, num_classes: int | None = None) -> tuple[nn.Module, ModelSource, str]:
     """The bare module, the hub that built it and the architecture name."""
     label = name.strip()
     source, arch = source_for(label)

@@ -1,4 +1,5 @@
 """Pieces of the one-line messages that the hubs and loaders share."""
+
 from __future__ import annotations
 
 import difflib

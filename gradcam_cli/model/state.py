@@ -3,6 +3,7 @@
 A leaf (no import from the package): the layer probe, the extractor and the
 masked forwards all put the model in a state and must leave it as they found it.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -4,6 +4,7 @@ timm builds the model, fetches its weights and describes its preprocessing;
 this module only asks it, the way the ModelSource interface (model/hub.py)
 wants the answers.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

@@ -4,6 +4,7 @@ torchvision's weights enums carry the download URL, the transforms and the
 ImageNet categories; its modules carry no description of their own, so the
 default target layers are a table of families here.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any

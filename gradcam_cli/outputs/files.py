@@ -4,6 +4,7 @@ Every file is written under a temporary name in its folder, flushed and
 renamed, so an interrupted run leaves either the old file or the whole new one;
 `is_complete` is how --skip-existing tells a whole output from a damaged one.
 """
+
 from __future__ import annotations
 
 import io

@@ -4,6 +4,7 @@
 output folder, never names an input of the run (through symbolic links too),
 and is refused up front when no file system could hold it.
 """
+
 from __future__ import annotations
 
 import os
@@ -40,16 +41,13 @@ def ensure_writable(folder: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".gradcam-write-test."):
             pass
     except OSError as error:
-        raise OutputError(
-            f"cannot write to the output folder {folder}: {error.strerror or error}; choose another ⟨output_dir⟩"
-        ) from None
+        raise OutputError(f"cannot write to the output folder {folder}: {error.strerror or error}; choose another ⟨output_dir⟩") from None
 
 
 class OutputNamer:
     """Output paths of one run: the input's mirrored path plus `.METHOD[.classN].png` (see README, Outputs)."""
 
-    def __init__(self, output_dir: Path, method: str, largest_class: int | None = None, raw: bool = False,
-                 guided: bool = False) -> None:
+    def __init__(self, output_dir: Path, method: str, largest_class: int | None = None, raw: bool = False, guided: bool = False) -> None:
         self.output_dir = output_dir
         self.method = method
         self.largest_class = largest_class  # names carry `.classN` up to this index; None: one map, no class
@@ -85,7 +83,7 @@ class OutputNamer:
             names = [p.name for p in folder.glob(f"{glob_escape(prefix)}*.png")] if folder.is_dir() else []
         except OSError:
             return []
-        return sorted(int(n[len(prefix):-4]) for n in names if n[len(prefix):-4].isdigit())
+        return sorted(int(n[len(prefix) : -4]) for n in names if n[len(prefix) : -4].isdigit())
 
     def check(self, base: PurePath) -> None:
         """Refuse, before any work, an input whose longest output name no file system could hold."""
@@ -98,9 +96,7 @@ class OutputNamer:
                 "a file name may have; rename the input to a shorter name"
             )
 
-    def paths(
-        self, base: PurePath, class_index: int | None, raw: bool, guided: bool = False
-    ) -> tuple[Path, Path | None, Path | None]:
+    def paths(self, base: PurePath, class_index: int | None, raw: bool, guided: bool = False) -> tuple[Path, Path | None, Path | None]:
         """The overlay path and, when asked, the .npy map and the guided image beside it."""
         stem = base.name + f".{self.method}" + (f".class{class_index}" if class_index is not None else "")
         overlay = self.output_dir / base.with_name(stem + ".png")

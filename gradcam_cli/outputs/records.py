@@ -5,6 +5,7 @@ stdout, with the settings needed to reproduce the run. Every string is made
 valid UTF-8 on the way in, so a file name with stray bytes still gives a line
 any JSON reader accepts.
 """
+
 from __future__ import annotations
 
 import json

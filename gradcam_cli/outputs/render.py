@@ -3,6 +3,7 @@
 Pure functions on arrays; writing the bytes is files.py's job. OpenCV is
 imported inside the functions, so importing this module stays light.
 """
+
 from __future__ import annotations
 
 import io
@@ -62,7 +63,6 @@ def encode_npy(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array.astype(np.float32), allow_pickle=False)
     return buffer.getvalue()
-
 
 
 def deprocess(image: torch.Tensor) -> torch.Tensor:

@@ -4,6 +4,7 @@ Runs in the worker threads (see workers.py), so it changes nothing shared but
 files on disk: output names are claimed beforehand, in input order, and every
 file is written under a temporary name and renamed.
 """
+
 from __future__ import annotations
 
 import threading
@@ -67,8 +68,7 @@ class ResultWriter:
         names = self.class_names
         return names[index] if names and 0 <= index < len(names) else None
 
-    def finish(self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int,
-               base: PurePath) -> ImageRecord:
+    def finish(self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, base: PurePath) -> ImageRecord:
         """Write this image's files for every explained class and build its record."""
         import torch
 
@@ -77,8 +77,7 @@ class ResultWriter:
         probabilities = torch.softmax(cams.logits[row].float(), dim=0)
         several = cams.targets.shape[1] > 1 or self.explicit_classes
         targets = [
-            self._write_target(path, image, geometry, cams, row, k, base, several, probabilities)
-            for k in range(cams.targets.shape[1])
+            self._write_target(path, image, geometry, cams, row, k, base, several, probabilities) for k in range(cams.targets.shape[1])
         ]
         top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
         first = targets[0]
@@ -110,16 +109,22 @@ class ResultWriter:
         return ImageRecord(input=str(path), ok=False, error=message, **self.context)
 
     def _write_target(
-        self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, k: int,
-        base: PurePath, several: bool, probabilities: torch.Tensor,
+        self,
+        path: Path,
+        image: np.ndarray,
+        geometry: Geometry,
+        cams: CamBatch,
+        row: int,
+        k: int,
+        base: PurePath,
+        several: bool,
+        probabilities: torch.Tensor,
     ) -> TargetRecord:
         """Map one class's CAM back onto the photo and write it."""
         index = int(cams.targets[row, k])
         blank = bool(cams.blank[row, k])
         name = self.class_name(index)
-        overlay_path, raw_path, guided_path = self.namer.paths(
-            base, index if several else None, self.save_raw, self.save_guided
-        )
+        overlay_path, raw_path, guided_path = self.namer.paths(base, index if several else None, self.save_raw, self.save_guided)
         self._prepare_folder(overlay_path.parent)
         self._write_maps(image, geometry, cams.maps[row, k], overlay_path, raw_path)
         if guided_path is not None and cams.guided is not None:
@@ -135,8 +140,7 @@ class ResultWriter:
             guided=str(guided_path) if guided_path is not None else None,
         )
 
-    def _write_maps(self, image: np.ndarray, geometry: Geometry, cam: torch.Tensor, overlay_path: Path,
-                    raw_path: Path | None) -> None:
+    def _write_maps(self, image: np.ndarray, geometry: Geometry, cam: torch.Tensor, overlay_path: Path, raw_path: Path | None) -> None:
         """The overlay (always scaled to [0, 1] for display) and, if asked, the map as computed."""
         from gradcam_cli.maps import normalise
 

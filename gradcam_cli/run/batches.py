@@ -4,6 +4,7 @@ A batch that runs out of device memory is split in halves, down to one
 image, and later batches stay at the size that worked; an image that does not
 fit alone gets an error and the rest go on.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
@@ -44,8 +45,9 @@ class Item:
 class Batcher:
     """Groups decoded items into batches and computes their maps within the device's memory."""
 
-    def __init__(self, compute: Callable[[torch.Tensor], CamBatch], batch_size: int, device: torch.device,
-                 warn: Callable[[str], None]) -> None:
+    def __init__(
+        self, compute: Callable[[torch.Tensor], CamBatch], batch_size: int, device: torch.device, warn: Callable[[str], None]
+    ) -> None:
         self.compute, self.device, self.warn = compute, device, warn
         self.limit = batch_size  # lowered when the device runs out of memory
 
@@ -74,8 +76,10 @@ class Batcher:
                 raise
             free_device_memory(self.device)
         if len(items) == 1:
-            return [f"{items[0].source.path}: out of memory on {self.device} even for this image alone; "
-                    "try --precision bf16, a smaller model or --device cpu"]
+            return [
+                f"{items[0].source.path}: out of memory on {self.device} even for this image alone; "
+                "try --precision bf16, a smaller model or --device cpu"
+            ]
         half = len(items) // 2
         self.limit = min(self.limit, half)
         self.warn(f"out of memory on {self.device} with {len(items)} images at once; retrying with {half}")

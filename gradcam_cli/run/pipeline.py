@@ -7,6 +7,7 @@ so memory holds a window of images, never the folder. A bad image becomes an
 error record and the rest go on; a bad layer or option stops the run before
 any file is written.
 """
+
 from __future__ import annotations
 
 import errno
@@ -38,8 +39,11 @@ class Explainer:
     """Holds the prepared run and explains a stream of sources."""
 
     def __init__(
-        self, settings: ExplainSettings, warn: Callable[[str], None] = lambda _m: None,
-        progress: ProgressFn | None = None, checkpoint: Callable[[], None] = lambda: None,
+        self,
+        settings: ExplainSettings,
+        warn: Callable[[str], None] = lambda _m: None,
+        progress: ProgressFn | None = None,
+        checkpoint: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.warn = lambda message: warn(in_flags(message))  # the engine serves the command line: its flags
@@ -50,9 +54,15 @@ class Explainer:
         self.batcher = Batcher(self.compute, settings.run.batch_size, self.prepared.device, self.warn)  # compute: the seam tests replace
         outputs = settings.outputs
         self.writer = ResultWriter(
-            self.namer, self.prepared.loaded.class_names, self.prepared.record_context(),
-            colormap=outputs.colormap, alpha=outputs.alpha, save_raw=outputs.save_raw, save_guided=outputs.save_guided,
-            raw_norm=settings.maps.norm != "minmax", explicit_classes=bool(self.prepared.targets.classes),
+            self.namer,
+            self.prepared.loaded.class_names,
+            self.prepared.record_context(),
+            colormap=outputs.colormap,
+            alpha=outputs.alpha,
+            save_raw=outputs.save_raw,
+            save_guided=outputs.save_guided,
+            raw_norm=settings.maps.norm != "minmax",
+            explicit_classes=bool(self.prepared.targets.classes),
         )
 
     @property
@@ -125,8 +135,13 @@ class Explainer:
         try:
             self.namer.check(base)
             if self.settings.outputs.skip_existing:
-                item.existing = existing_outputs(self.namer, self.prepared.targets, base, save_raw=self.settings.outputs.save_raw,
-                                                 save_guided=self.settings.outputs.save_guided)
+                item.existing = existing_outputs(
+                    self.namer,
+                    self.prepared.targets,
+                    base,
+                    save_raw=self.settings.outputs.save_raw,
+                    save_guided=self.settings.outputs.save_guided,
+                )
                 if item.skipped:
                     return item
             item.image = load_image(source.path, self.settings.inputs.max_pixels)

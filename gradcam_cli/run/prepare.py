@@ -4,6 +4,7 @@ Everything here happens before the first image is read, so a bad option,
 layer or model stops the run before any file is written. `benchmarks/speed.py`
 prepares its runs with `prepare_run` too: what it times is what the CLI runs.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -26,8 +27,9 @@ from gradcam_cli.model import load as model_load
 from gradcam_cli.model.device import place_model, resolve_device, resolve_precision
 from gradcam_cli.settings import ExplainSettings
 
-NO_PRETRAINED = ("⟨pretrained=False⟩: random (seeded) weights; the classes and maps mean nothing "
-                 "(useful only to try the tool or a layer path)")
+NO_PRETRAINED = (
+    "⟨pretrained=False⟩: random (seeded) weights; the classes and maps mean nothing (useful only to try the tool or a layer path)"
+)
 
 
 @dataclass(kw_only=True)
@@ -57,9 +59,17 @@ class PreparedRun:
         x = x.to(self.device, non_blocking=True)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        return compute_cams(self.model, x, self.layers, self.method, self.targets, options=self.options,
-                            num_prefix_tokens=self.loaded.num_prefix_tokens, grid=self.settings.target.grid,
-                            model_name=self.loaded.name)
+        return compute_cams(
+            self.model,
+            x,
+            self.layers,
+            self.method,
+            self.targets,
+            options=self.options,
+            num_prefix_tokens=self.loaded.num_prefix_tokens,
+            grid=self.settings.target.grid,
+            model_name=self.loaded.name,
+        )
 
     def layer_names(self) -> list[str]:
         """The layers the maps come from, as the records report them."""
@@ -91,10 +101,16 @@ class PreparedRun:
         }
 
 
-def prepare_run(settings: ExplainSettings, *, warn: Callable[[str], None] = lambda _m: None,
-                progress: ProgressFn | None = None, checkpoint: Callable[[], None] = lambda: None,
-                loaded: model_load.LoadedModel | None = None, device: torch.device | None = None,
-                notices: bool = True) -> PreparedRun:
+def prepare_run(
+    settings: ExplainSettings,
+    *,
+    warn: Callable[[str], None] = lambda _m: None,
+    progress: ProgressFn | None = None,
+    checkpoint: Callable[[], None] = lambda: None,
+    loaded: model_load.LoadedModel | None = None,
+    device: torch.device | None = None,
+    notices: bool = True,
+) -> PreparedRun:
     """Check the method's options, build and place the model, resolve its layers and the classes to explain.
 
     The Python API passes a model it loaded already (`loaded`, on `device`) and asks for no notices
@@ -104,23 +120,38 @@ def prepare_run(settings: ExplainSettings, *, warn: Callable[[str], None] = lamb
     _check_method_options(settings, method, warn)
     device = device or resolve_device(settings.run.device)
     maps = settings.maps
-    options = CamOptions(relu=maps.relu, norm=maps.norm, combine=maps.combine, eigen_smooth=maps.eigen_smooth,
-                         aug_smooth=maps.aug_smooth, cam_batch_size=maps.cam_batch_size,
-                         precision=resolve_precision(settings.run.precision, device),
-                         progress=_checked_progress(progress, checkpoint))
+    options = CamOptions(
+        relu=maps.relu,
+        norm=maps.norm,
+        combine=maps.combine,
+        eigen_smooth=maps.eigen_smooth,
+        aug_smooth=maps.aug_smooth,
+        cam_batch_size=maps.cam_batch_size,
+        precision=resolve_precision(settings.run.precision, device),
+        progress=_checked_progress(progress, checkpoint),
+    )
     model = settings.model
     if loaded is None:
         loaded = model_load.load_model(model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels)
     paths = list(settings.target.layers) or default_layer_paths(loaded.model, loaded.arch, loaded.source)
     layers = resolve_layers(loaded.model, paths, loaded.name)
     said: list[str] = []
-    targets = _fit_topk(target_choice(settings.target.classes, settings.target.topk, loaded.class_names),
-                        model_load.num_outputs(loaded.model), said.append)
+    targets = _fit_topk(
+        target_choice(settings.target.classes, settings.target.topk, loaded.class_names), model_load.num_outputs(loaded.model), said.append
+    )
     if not model.pretrained and model.weights is None:
         said.append(NO_PRETRAINED)
-    prepared = PreparedRun(settings=settings, loaded=loaded, method=method, layers=layers, targets=targets,
-                           device=device, options=options, channels_last=place_model(loaded.model, device),
-                           notices=said if notices else [])
+    prepared = PreparedRun(
+        settings=settings,
+        loaded=loaded,
+        method=method,
+        layers=layers,
+        targets=targets,
+        device=device,
+        options=options,
+        channels_last=place_model(loaded.model, device),
+        notices=said if notices else [],
+    )
     if notices and method.kind == MethodKind.PERTURBATION:
         said.append(_perturbation_cost(prepared))
     return prepared

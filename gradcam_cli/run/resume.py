@@ -1,4 +1,5 @@
 """--skip-existing: which inputs an earlier run already finished, judged by the files alone."""
+
 from __future__ import annotations
 
 from pathlib import Path, PurePath
@@ -8,8 +9,7 @@ from gradcam_cli.outputs.files import is_complete
 from gradcam_cli.outputs.naming import OutputNamer
 
 
-def existing_outputs(namer: OutputNamer, targets: TargetChoice, base: PurePath, *, save_raw: bool,
-                     save_guided: bool) -> list[Path] | None:
+def existing_outputs(namer: OutputNamer, targets: TargetChoice, base: PurePath, *, save_raw: bool, save_guided: bool) -> list[Path] | None:
     """An earlier run's overlays when every file this run would write is there whole, else None.
 
     With --topk K the classes are known only after the forward: any K

@@ -1,4 +1,5 @@
 """The counts of a run, kept the same way by the engine and by the progress line, so the two always agree."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,6 +6,7 @@ of leaving the cores idle between batches. Results keep the input order, and
 only a bounded window of work is ever in flight, so memory does not grow with
 the number of inputs.
 """
+
 from __future__ import annotations
 
 import os

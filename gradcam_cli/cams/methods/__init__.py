@@ -4,6 +4,7 @@ Importing this package does not import torch, so the CLI can list and check
 method names before anything heavy loads. The registry itself is in `base`;
 importing the method modules here fills it.
 """
+
 from __future__ import annotations
 
 from gradcam_cli.cams.methods.base import METHODS, CamFunction, CamMethod, MethodKind, get_method, method_names, register_method

@@ -11,6 +11,7 @@ which for signed layers (LayerNorm in a ViT) turns the scores into noise from
 a value no trained network has seen. Post-ReLU layers give the same map on
 both sides.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

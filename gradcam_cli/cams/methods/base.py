@@ -4,6 +4,7 @@ A leaf for the method modules (they import this, never the package), so the
 package can import them all to fill the registry without an import cycle.
 Importing it does not import torch.
 """
+
 from __future__ import annotations
 
 import difflib

@@ -5,6 +5,7 @@ The first principal component of the layer's activations, no gradient at all:
 one forward pass that builds no graph. The map does not depend on the class,
 so it shows what the layer finds salient, not why a class won.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

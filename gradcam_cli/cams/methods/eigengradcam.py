@@ -4,6 +4,7 @@ activations; Eigen-CAM is Muhammad & Yeasin, IJCNN 2020, arXiv:2008.00299).
 
 The projection and its sign convention live in `projection.py`.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -13,6 +13,7 @@ instead of being blown up to 1. Each layer's channels are summed at the
 layer's own resolution and upsampled once (bilinear resizing is linear, so
 this equals the reference's per-channel upsampling at a fraction of the memory).
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -3,6 +3,7 @@ via Gradient-based Localization", ICCV 2017 (arXiv:1610.02391).
 
 Each channel is weighted by the spatial mean of the score's gradient over it.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -5,6 +5,7 @@ before the channel sum, as in pytorch-grad-cam's `GradCAMElementWise`
 Only positive gradient x activation evidence is summed, so negative channels
 cannot cancel positive ones at a location.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

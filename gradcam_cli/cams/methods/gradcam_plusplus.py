@@ -6,6 +6,7 @@ closed-form alpha of Eq. 19 for an exponential score:
 alpha = g^2 / (2 g^2 + (sum of the channel's activations) * g^3 + eps),
 and alpha = 0 where the gradient is exactly zero.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

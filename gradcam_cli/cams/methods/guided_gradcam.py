@@ -4,6 +4,7 @@ Grad-CAM says where, guided backpropagation says which pixels: their product
 is a sharp, class-discriminative map at the input's resolution. The guided
 pass is in `guided.py`; `--save-guided` also writes the RGB product image.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -4,6 +4,7 @@ explanations of convolutional neural networks", 2020 (arXiv:2011.08891).
 No spatial averaging of the gradient: each activation is multiplied by its own
 gradient, element-wise, and the products are summed over channels.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -4,6 +4,7 @@ Maps for Localization", IEEE TIP 30, 2021 (doi:10.1109/TIP.2021.3089943).
 Each activation is weighted by its own positive gradient, element-wise, then
 summed over channels; works at shallow layers too, where Grad-CAM blurs.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

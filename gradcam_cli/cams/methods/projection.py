@@ -11,6 +11,7 @@ one (the sign correction of Chung & Ying, "Seg-Eigen-CAM", Appl. Sci. 15(13),
 2025, Eq. 13), so the stronger side survives the ReLU and the same input
 always gives the same map.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

@@ -5,6 +5,7 @@ Each channel, upsampled to the input and min-max scaled, masks the input; the
 class score of the masked input, softmaxed over channels, weighs the channel.
 No gradients: C forwards per image, run in chunks of --cam-batch-size.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING

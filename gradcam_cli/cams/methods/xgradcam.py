@@ -4,6 +4,7 @@ and Explanation of CNNs", BMVC 2020 (arXiv:2008.02312).
 Channel weight = sum(gradient x activation) / (sum(activation) + eps): the
 gradient averaged with the channel's own activations as weights.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
