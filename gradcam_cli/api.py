@@ -36,10 +36,11 @@ from gradcam_cli.outputs.writer import TOPK_IN_RECORD
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.settings import DEFAULT_MAX_PIXELS, ExplainSettings, ModelSettings, build_settings
 
+import torch
+from torch import nn
+
 if TYPE_CHECKING:
-    import torch
     from PIL import Image
-    from torch import nn
 
     from gradcam_cli.maps import CamBatch
 
@@ -218,8 +219,6 @@ def _prepare(ready: ReadyModel, settings: ExplainSettings, layers: LayerSpec | S
 
 def _compute(run: PreparedRun, array: np.ndarray) -> CamBatch:
     """The maps of one preprocessed image, computed as a run computes a batch."""
-    import torch
-
     return run.compute(torch.from_numpy(np.stack([array]))).to_cpu()
 
 
@@ -247,8 +246,6 @@ def _class_map(run: PreparedRun, photo: np.ndarray, geometry: Geometry, cams: Ca
 
 def _explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geometry, cams: CamBatch) -> Explanation:
     """The maps, overlays and record of the image, built as the CLI's writer builds them."""
-    import torch
-
     if not bool(cams.finite[0]):
         raise InputError(f"{name}: the model's scores or gradients are not finite (NaN or inf) for this image")
     probabilities = torch.softmax(cams.logits[0].float(), dim=0)

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    import torch
+import torch
+import torch.nn.functional as F
 
+if TYPE_CHECKING:
     from gradcam_cli.model.data_config import DataConfig
 
 RESAMPLE = {"bilinear": 2, "bicubic": 3, "nearest": 0, "lanczos": 1, "box": 4, "hamming": 5}
@@ -106,8 +107,6 @@ def resize(t: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     The one resize of maps and images in the package: layer maps to the input,
     augmented views and their maps, FullGrad's parts, maps back onto the photo.
     """
-    import torch.nn.functional as F
-
     if tuple(t.shape[-2:]) == tuple(size):
         return t
     planes = t.reshape(-1, 1, *t.shape[-2:]).float()

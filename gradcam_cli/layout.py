@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gradcam_cli.errors import LayoutError
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+import torch
+from torch import nn
 
 MAX_PREFIX_TOKENS = 16
 STRIDE_RATIO_LIMIT = 1.5  # how far the row and column strides may disagree
@@ -63,8 +61,6 @@ class Layout:
 
 def channels_dim_hint(module: nn.Module) -> int | None:
     """Module types that fix where the channels are, whatever the shape says."""
-    from torch import nn
-
     name = type(module).__name__
     if isinstance(module, (nn.Conv2d, nn.BatchNorm2d, nn.GroupNorm, nn.MaxPool2d, nn.AvgPool2d)):
         return 1
@@ -101,7 +97,6 @@ def patch_grid(model: nn.Module, input_hw: tuple[int, int]) -> tuple[int, int] |
 
 
 def _is_module(value: object) -> bool:
-    from torch import nn
 
     return isinstance(value, nn.Module) and not isinstance(value, (nn.ModuleList, nn.ModuleDict))
 
@@ -120,8 +115,6 @@ def _conv_chain_grid(embed: nn.Module, patch: object, size: tuple[int, int]) -> 
     Trusted only when the convolutions' strides multiply to the stated patch
     size: anything else in the embedding (a pooling) would change the grid.
     """
-    from torch import nn
-
     convs = [m for m in embed.modules() if isinstance(m, nn.Conv2d)]
     if not convs or patch is None or any(isinstance(c.padding, str) for c in convs):
         return None

@@ -9,16 +9,15 @@ pieces without importing each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from collections.abc import Callable, Sequence
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.geometry import resize
 from gradcam_cli.vocab import Combine, Norm
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+import torch
+from torch import nn
 
 EPSILON = 1e-7
 
@@ -104,8 +103,6 @@ def normalise(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     layer (LayerScale ViTs such as timm's test_vit2 give spans near 1e-8) still
     have a real pattern. An all-zero map (nothing survived the ReLU) stays blank.
     """
-    import torch
-
     flat = maps.flatten(start_dim=-2)
     low = flat.min(dim=-1).values[..., None, None]
     high = flat.max(dim=-1).values[..., None, None]
@@ -118,8 +115,6 @@ def normalise(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def combine_layers(per_layer: Sequence[torch.Tensor], how: str) -> torch.Tensor:
     """Several layers' maps (each N×H×W, same size) → one."""
-    import torch
-
     if len(per_layer) == 1:
         return per_layer[0]
     stacked = torch.stack(list(per_layer))

@@ -77,3 +77,21 @@ def test_every_flag_of_explain_comes_from_the_option_table() -> None:
     declared = {flag for param in _commands()["explain"].params for flag in [*param.opts, *param.secondary_opts]}
     table = {part for option in OPTIONS for flag in option.flags for part in flag.split("/")}
     assert declared - {"--help", "inputs"} == table  # inputs: the argument, named by its parameter
+
+
+def test_the_settings_in_a_record_are_options_of_the_table(run_cli, tmp_path) -> None:
+    """A record's `settings` say how to reproduce its map: each key is an option of the table (or the version),
+    and every option that changes a map is there."""
+    import json
+
+    from conftest import write_image
+    from gradcam_cli.settings import OPTIONS
+
+    image = write_image(tmp_path / "in.png")
+    result = run_cli("explain", image, "-m", "test_resnet", "--no-pretrained", "-o", tmp_path / "o", "--json")
+    (record,) = [json.loads(line) for line in result.stdout.splitlines()]
+    keys = set(record["settings"]) - {"version"}
+    names = {option.name for option in OPTIONS} | {"preprocess"}  # preprocess: the crop option, as crop/whole
+    assert keys <= names, keys - names
+    shaping = {option.name for option in OPTIONS if option.group == "maps"} - {"cam_batch_size"}  # chunking: same map
+    assert shaping <= keys, shaping - keys

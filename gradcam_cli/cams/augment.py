@@ -18,9 +18,9 @@ from collections.abc import Callable
 from gradcam_cli.geometry import resize
 from gradcam_cli.cams.targets import FixedTargets
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
+if TYPE_CHECKING:
     from gradcam_cli.maps import CamBatch, CamOptions
     from gradcam_cli.cams.targets import TargetChoice
 
@@ -40,8 +40,6 @@ class View:
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         """(N, C, H, W) → the view, same size."""
-        import torch
-
         h, w = x.shape[-2:]
         if self.scale != 1.0:
             top, left, bh, bw = self.box(h, w)
@@ -55,8 +53,6 @@ class View:
 
     def undo(self, maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Maps (N, K, H, W) of the view → maps of the original frame, and where they hold (H, W)."""
-        import torch
-
         h, w = maps.shape[-2:]
         if self.flip:
             maps = maps.flip(-1)
@@ -79,8 +75,6 @@ def _feathered(h: int, w: int, dtype: torch.dtype, device: torch.device) -> torc
     A hard-edged vote would leave a visible seam where the zoomed-in views stop
     counting; a ramp blends them in.
     """
-    import torch
-
     ramp = max(1.0, 0.1 * min(h, w))
 
     def edge(n: int) -> torch.Tensor:

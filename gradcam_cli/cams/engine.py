@@ -19,10 +19,10 @@ from gradcam_cli.maps import CamBatch, CamOptions, NetworkGradients, finish_maps
 from gradcam_cli.cams.methods import MethodKind
 from gradcam_cli.cams.methods.projection import first_component
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+import torch
+from torch import nn
 
+if TYPE_CHECKING:
     from gradcam_cli.layers.paths import ResolvedLayer
     from gradcam_cli.cams.methods import CamMethod
     from gradcam_cli.cams.targets import FixedTargets, TargetChoice
@@ -57,8 +57,6 @@ class _Job:
 
     def autocast(self) -> contextlib.AbstractContextManager[object]:
         """Mixed precision for the model's forward passes when asked for (backward follows the forward's dtypes)."""
-        import torch
-
         if self.options.precision is None:
             return contextlib.nullcontext()
         return torch.autocast(self.x.device.type, dtype=self.options.precision)
@@ -72,15 +70,11 @@ class _Job:
 
 def _stack(maps: list[torch.Tensor], blanks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-rank maps (N, H, W) and flags (N,) → (N, K, H, W) and (N, K)."""
-    import torch
-
     return torch.stack(maps, dim=1).nan_to_num_(0.0), torch.stack(blanks, dim=1)
 
 
 def _run_gradient(job: _Job) -> CamBatch:
     """One forward with a graph, then the gradients of every target rank, stopping at the layers."""
-    import torch
-
     from gradcam_cli.extract.guided import guided_backprop
 
     method = job.method
@@ -140,8 +134,6 @@ def _perturbation_raws(
 
 def _run_forward_only(job: _Job) -> CamBatch:
     """Gradient-free methods: one forward that builds no graph, then the method's own forwards, if any."""
-    import torch
-
     with torch.inference_mode():
         with LayerRecorder(job.model, list(job.layers), job.model_name, graph=False) as recorder, job.autocast():
             logits = recorder.forward(job.x)

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from collections.abc import Sequence
 
 from gradcam_cli.errors import UsageError
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 @dataclass(frozen=True)
@@ -29,8 +27,6 @@ class TargetChoice:
 
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
         """(N, K) class indices for a batch of logits (N, classes)."""
-        import torch
-
         n, num_classes = logits.shape
         if not self.classes:
             k = min(self.topk, num_classes)

@@ -23,15 +23,15 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
 
-if TYPE_CHECKING:
-    import torch
+import torch
+import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
+if TYPE_CHECKING:
     from gradcam_cli.maps import CamOptions
 
 
 def _activation_functions() -> set[Any]:
-    import torch
-    import torch.nn.functional as F
 
     return {
         F.relu,
@@ -59,8 +59,6 @@ class GuidedBackprop:
 
     def input_gradient(self, score: torch.Tensor, inputs: torch.Tensor | None, retain_graph: bool) -> torch.Tensor:
         """d(score)/d(input) with the guided rule at every activation: (N, 3, H, W)."""
-        import torch
-
         assert inputs is not None and inputs.requires_grad
         self.active = True
         try:
@@ -90,7 +88,6 @@ def guided_backprop(enabled: bool) -> Iterator[GuidedBackprop | None]:
     if not enabled:
         yield None
         return
-    from torch.overrides import TorchFunctionMode
 
     guide = GuidedBackprop()
     functions = _activation_functions()

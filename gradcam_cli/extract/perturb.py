@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 
 from gradcam_cli.model.state import eval_mode, first_tensor
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+import torch
+from torch import nn
 
+if TYPE_CHECKING:
     from gradcam_cli.maps import ProgressFn
     from gradcam_cli.layers.paths import ResolvedLayer
     from gradcam_cli.layout import Layout
@@ -82,8 +82,6 @@ class LayerProbe:
 
     def _ablated(self, images: torch.Tensor, channels: torch.Tensor) -> torch.Tensor:
         """The recorded output of `images`, with channel `channels[j]` of row j zeroed."""
-        import torch
-
         out = self.output[images].clone()
         rows = torch.arange(len(images), device=out.device)
         if self.layout.kind == "NCHW":
@@ -94,7 +92,6 @@ class LayerProbe:
         return out
 
     def _scores(self, forward: Callable[[torch.Tensor, torch.Tensor], Any]) -> torch.Tensor:
-        import torch
 
         n, c = int(self.x.shape[0]), self.num_channels
         scores = torch.empty(n * c, dtype=torch.float32, device=self.x.device)
@@ -108,7 +105,6 @@ class LayerProbe:
         return scores.reshape(n, c)
 
     def _chunks(self, n: int, c: int) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
-        import torch
 
         for start in range(0, n * c, self.batch_size):
             flat = torch.arange(start, min(start + self.batch_size, n * c), device=self.x.device)
@@ -118,8 +114,6 @@ class LayerProbe:
 @contextmanager
 def _quiet_model(model: nn.Module) -> Iterator[None]:
     """Eval mode and no graph for the extra forwards; the model's flags restored after."""
-    import torch
-
     with eval_mode(model), torch.inference_mode():
         yield
 
@@ -147,8 +141,6 @@ def measure_cost(model: nn.Module, layers: list[ResolvedLayer], x: torch.Tensor)
     modules and 4-D maps, the last dim for tokens and channels-last modules).
     """
     import time
-
-    import torch
 
     from gradcam_cli.layout import channels_dim_hint
 

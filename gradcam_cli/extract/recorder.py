@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from gradcam_cli.errors import LayerError
 from gradcam_cli.model.state import eval_mode, first_tensor, frozen_parameters
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+import torch
+from torch import nn
 
+if TYPE_CHECKING:
     from gradcam_cli.layers.paths import ResolvedLayer
 
 
@@ -55,7 +55,6 @@ class LayerRecorder:
         self._stack = ExitStack()
 
     def __enter__(self) -> LayerRecorder:
-        import torch
 
         try:
             for layer in self.layers:
@@ -137,8 +136,6 @@ class LayerRecorder:
 
         A layer the score does not depend on gets a zero gradient (non-strict use).
         """
-        import torch
-
         ran = self.ran_layers()
         outputs = [self.recorded_input()] + [self.outputs[layer.name] for layer in ran]
         grads = torch.autograd.grad(score, outputs, retain_graph=retain_graph, allow_unused=True)
@@ -153,8 +150,6 @@ class LayerRecorder:
         back to one pass per class, with the same result.
         """
         import warnings
-
-        import torch
 
         n, k = scores.shape
         if k == 1:
@@ -176,8 +171,6 @@ class LayerRecorder:
 
     def gradients(self, score: torch.Tensor, retain_graph: bool) -> list[torch.Tensor]:
         """d(score)/d(each target layer's output); no parameter gradient is computed."""
-        import torch
-
         outputs = [self.outputs[layer.name] for layer in self.layers]
         unused = [layer for layer, output in zip(self.layers, outputs) if not output.requires_grad]
         if not unused and score.requires_grad:

@@ -13,9 +13,9 @@ from gradcam_cli.layers.tree import probe_shapes
 from gradcam_cli.model.data_config import default_input_hw
 from gradcam_cli.model.hub import SOURCES
 
-if TYPE_CHECKING:
-    from torch import nn
+from torch import nn
 
+if TYPE_CHECKING:
     from gradcam_cli.model.hub import ModelSource
 
 

@@ -10,12 +10,10 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from gradcam_cli.errors import LayerError, printable
 
-if TYPE_CHECKING:
-    from torch import nn
+from torch import nn
 
 INDEX = re.compile(r"-?[0-9]+")  # a child index as users type it: 1, -1
 

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 from collections.abc import Callable
 
-if TYPE_CHECKING:
-    from torch import nn
+import torch
+from torch import nn
 
 
 def probe_shapes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple[int, ...]]:
     """Output shape of every module in one no-grad forward, in the order modules last finished."""
-    import torch
-
     from gradcam_cli.model.state import eval_mode, first_tensor
 
     shapes: dict[str, tuple[int, ...]] = {}

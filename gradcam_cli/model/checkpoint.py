@@ -8,13 +8,12 @@ before a head is built to fit it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gradcam_cli.errors import ModelError, one_line
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+import torch
+from torch import nn
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
 STRIPPED_PREFIXES = ("module.", "_orig_mod.")
@@ -22,8 +21,6 @@ STRIPPED_PREFIXES = ("module.", "_orig_mod.")
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """Tensors only: safetensors, or a torch file loaded with weights_only (never unpickles code)."""
-    import torch
-
     if not path.is_file():
         raise ModelError(f"⟨weights={path}⟩: no such file")
     if path.suffix != ".safetensors":
@@ -80,8 +77,6 @@ def _bytes(count: int) -> str:
 
 def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, torch.Tensor]:
     """Training scripts wrap the weights ({'state_dict': ...}, DataParallel's module.): take them out."""
-    import torch
-
     while isinstance(raw, dict):
         inner = next((raw[k] for k in WRAPPER_KEYS if isinstance(raw.get(k), dict)), None)
         if inner is None:
@@ -100,8 +95,6 @@ def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, torch.Tensor]:
 
 def classifier_name(model: nn.Module) -> str | None:
     """The module that produces the logits: timm says so, else the last Linear or 1x1 conv."""
-    from torch import nn
-
     cfg = getattr(model, "pretrained_cfg", None) or {}
     classifier = cfg.get("classifier")
     if isinstance(classifier, (list, tuple)):

@@ -7,10 +7,8 @@ that imports them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from torch import nn
+from torch import nn
 
 DEFAULT_INPUT_HW = (224, 224)
 

@@ -6,19 +6,15 @@ anything, and the CLI lists PRECISIONS without importing torch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from gradcam_cli.errors import UsageError
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+import torch
+from torch import nn
 
 
 def resolve_device(text: str) -> torch.device:
     """auto → CUDA, then Apple MPS, then CPU; an explicit choice must exist."""
-    import torch
-
     text = (text or "auto").strip().lower()
     if text == "auto":
         if torch.cuda.is_available():
@@ -51,8 +47,6 @@ def resolve_precision(text: str, device: torch.device) -> torch.dtype | None:
     CPU autocast is not faster on every processor and changes the numbers, so
     it is only used when asked for. The CAM maths always run in fp32.
     """
-    import torch
-
     text = (text or "auto").strip().lower()
     if text not in PRECISIONS:
         raise UsageError(f"⟨precision='{text}'⟩ is unknown; use one of {', '.join(PRECISIONS)}")
@@ -67,8 +61,6 @@ def resolve_precision(text: str, device: torch.device) -> torch.dtype | None:
 
 def is_out_of_memory(error: BaseException) -> bool:
     """CUDA, MPS or CPU allocation failure, whichever class the torch build raises it as."""
-    import torch
-
     if isinstance(error, getattr(torch.cuda, "OutOfMemoryError", ())):
         return True
     text = str(error).lower()
@@ -78,8 +70,6 @@ def is_out_of_memory(error: BaseException) -> bool:
 def free_device_memory(device: torch.device) -> None:
     """Give cached blocks back after an out-of-memory error, so a smaller retry can fit."""
     import gc
-
-    import torch
 
     gc.collect()
     if device.type == "cuda":
@@ -94,9 +84,6 @@ def place_model(model: nn.Module, device: torch.device) -> bool:
     oneDNN and cuDNN run convolutions faster on channels-last tensors (resnet50
     on 2 CPU cores: about 1.3x); returns whether the inputs should follow.
     """
-    import torch
-    from torch import nn
-
     model.to(device)
     convolutional = any(isinstance(m, nn.Conv2d) and m.kernel_size != m.stride for m in model.modules())
     if convolutional and device.type in ("cpu", "cuda"):

@@ -18,6 +18,8 @@ from typing import Any
 from gradcam_cli.errors import ModelError
 from gradcam_cli.model.messages import short
 
+import torch.hub
+
 OFFLINE_HINT = (
     "use ⟨weights=FILE⟩ for a local checkpoint, run once on a connected machine to fill the cache "
     "(~/.cache/huggingface, ~/.cache/torch) and then set HF_HUB_OFFLINE=1 to use it without the network, "
@@ -69,7 +71,6 @@ def hf_offline() -> bool:
 
 def _torch_hub_cached(url: str) -> bool:
     """torch.hub keeps a download as <hub dir>/checkpoints/<file name> and then never asks again."""
-    import torch.hub
     from urllib.parse import urlsplit
 
     name = os.path.basename(urlsplit(url).path)

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Protocol
 from gradcam_cli.model.timm_hub import TIMM
 from gradcam_cli.model.torchvision_hub import TORCHVISION
 
-if TYPE_CHECKING:
-    from torch import nn
+from torch import nn
 
+if TYPE_CHECKING:
     from gradcam_cli.model.data_config import DataConfig
 
 
 class ModelSource(Protocol):
     """A library that builds models by name (timm, torchvision, ...).
 
-    Methods import their library when called, so that listing the hubs costs
-    no torch import (`gradcam --help` stays fast).
+    Methods import their own library (timm, torchvision) when called, so a run
+    pays only for the hub its model comes from.
     """
 
     name: str  # short and stable: "timm", "torchvision"

@@ -20,9 +20,10 @@ from gradcam_cli.model.downloads import build_error, hub_offline, library_noise_
 from gradcam_cli.model.hub import ModelSource, source_for
 from gradcam_cli.model.labels import read_labels
 
-if TYPE_CHECKING:
-    from torch import nn
+import torch
+from torch import nn
 
+if TYPE_CHECKING:
     from gradcam_cli.model.data_config import DataConfig
 
 
@@ -63,8 +64,6 @@ def num_prefix_tokens(model: nn.Module, source: ModelSource, arch: str) -> int |
 
 def _seed_random_init() -> None:
     """Random weights are the same on every run, so --no-pretrained results reproduce."""
-    import torch
-
     torch.manual_seed(0)
 
 

@@ -7,12 +7,11 @@ masked forwards all put the model in a state and must leave it as they found it.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from collections.abc import Iterator
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+import torch
+from torch import nn
 
 
 @contextmanager
@@ -51,8 +50,6 @@ def frozen_parameters(model: nn.Module) -> Iterator[None]:
 
 def first_tensor(output: Any) -> torch.Tensor | None:
     """The tensor a module produced (tuple outputs such as (x, attn) give their first)."""
-    import torch
-
     if isinstance(output, torch.Tensor):
         return output
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):

@@ -7,15 +7,14 @@ wants the answers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.model.downloads import hf_endpoint
 from gradcam_cli.model.messages import closest
 
-if TYPE_CHECKING:
-    from torch import nn
+from torch import nn
 
 HF_HUB_PREFIX = "hf-hub:"
 

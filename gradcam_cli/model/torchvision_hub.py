@@ -7,14 +7,13 @@ default target layers are a table of families here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.model.data_config import DataConfig, default_input_hw
 from gradcam_cli.model.messages import closest
 
-if TYPE_CHECKING:
-    from torch import nn
+from torch import nn
 
 PREFIX = "torchvision:"
 

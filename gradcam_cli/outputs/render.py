@@ -1,20 +1,18 @@
 """Pixels out: colour maps, the overlay on the photo, PNG and .npy encoding, the guided image for viewing.
 
 Pure functions on arrays; writing the bytes is files.py's job. OpenCV is
-imported inside the functions, so importing this module stays light.
+imported inside the functions that draw, the engine's only use of it.
 """
 
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gradcam_cli.vocab import Colormap
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 def colorize(cam: np.ndarray, colormap: Colormap = Colormap.jet) -> np.ndarray:

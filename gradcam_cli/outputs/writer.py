@@ -21,9 +21,9 @@ from gradcam_cli.outputs.records import ImageRecord, TargetRecord
 from gradcam_cli.outputs.render import Colormap, deprocess, encode_npy, encode_png, overlay
 from gradcam_cli.geometry import Geometry, map_to_original
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
+if TYPE_CHECKING:
     from gradcam_cli.maps import CamBatch
 
 TOPK_IN_RECORD = 5
@@ -70,8 +70,6 @@ class ResultWriter:
 
     def finish(self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, base: PurePath) -> ImageRecord:
         """Write this image's files for every explained class and build its record."""
-        import torch
-
         if not bool(cams.finite[row]):
             raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
         probabilities = torch.softmax(cams.logits[row].float(), dim=0)

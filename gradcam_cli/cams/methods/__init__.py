@@ -1,8 +1,8 @@
 """The CAM method registry: one small module per method, one name each.
 
-Importing this package does not import torch, so the CLI can list and check
-method names before anything heavy loads. The registry itself is in `base`;
-importing the method modules here fills it.
+The registry itself is in `base`; importing the method modules here fills it.
+Their names are also `vocab.Method`, which the command line checks without
+importing this package.
 """
 
 from __future__ import annotations

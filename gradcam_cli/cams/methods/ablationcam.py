@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import MethodKind, register_method
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
+if TYPE_CHECKING:
     from gradcam_cli.extract.perturb import LayerProbe
 
 

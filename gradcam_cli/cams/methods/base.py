@@ -2,7 +2,7 @@
 
 A leaf for the method modules (they import this, never the package), so the
 package can import them all to fill the registry without an import cycle.
-Importing it does not import torch.
+The command line checks method names against `vocab.Method`, never by importing this.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from gradcam_cli.errors import UsageError
 from gradcam_cli.vocab import Method
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
+if TYPE_CHECKING:
     from gradcam_cli.extract.perturb import LayerProbe
     from gradcam_cli.maps import NetworkGradients
 

@@ -8,12 +8,10 @@ so it shows what the layer finds salient, not why a class won.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import MethodKind, register_method
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 @register_method(

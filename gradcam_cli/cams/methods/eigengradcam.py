@@ -7,12 +7,10 @@ The projection and its sign convention live in `projection.py`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import register_method
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 @register_method(

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 from gradcam_cli.geometry import resize
 from gradcam_cli.cams.methods.base import MethodKind, register_method
 
-if TYPE_CHECKING:
-    import torch
-    from torch import nn
+import torch
+from torch import nn
 
+if TYPE_CHECKING:
     from gradcam_cli.maps import NetworkGradients
     from gradcam_cli.layers.paths import ResolvedLayer
 
@@ -38,8 +38,6 @@ def _has_bias_term(module: nn.Module) -> bool:
     A subclass that changes the forward (timm's BatchNormAct2d adds an
     activation) would mix the activation into the gradient at its output.
     """
-    from torch import nn
-
     if isinstance(module, nn.Conv2d):
         return module.bias is not None
     if isinstance(module, nn.BatchNorm2d):
@@ -56,10 +54,6 @@ def bias_layers(model: nn.Module) -> list[ResolvedLayer]:
 
 def implicit_bias(module: nn.Module) -> torch.Tensor:
     """The per-channel bias a layer adds, whatever its input (eval-mode batch norm folds its statistics in)."""
-    from torch import nn
-
-    import torch
-
     bias = module.bias
     if not isinstance(bias, torch.Tensor):
         raise TypeError(f"{type(module).__name__} has no bias; bias_layers() picks only layers that have one")
@@ -95,7 +89,6 @@ def _parts(net: NetworkGradients) -> list[torch.Tensor]:
     network_layers=bias_layers,
 )
 def fullgrad(net: NetworkGradients) -> torch.Tensor:
-    import torch
 
     parts = _parts(net)
     if not net.eigen_smooth:
@@ -121,8 +114,6 @@ def orient(projection: torch.Tensor, parts: torch.Tensor) -> torch.Tensor:
     tests/test_fullgrad_guided.py): FullGrad's broad parts often make the low
     tail the longer one. The reference keeps whatever sign its LAPACK returns.
     """
-    import torch
-
     summed = parts.sum(dim=1)
     agreement = (projection * (summed - summed.mean(dim=(1, 2), keepdim=True))).sum(dim=(1, 2))
     return torch.where(agreement[:, None, None] < 0, -projection, projection)

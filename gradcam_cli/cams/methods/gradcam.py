@@ -6,12 +6,10 @@ Each channel is weighted by the spatial mean of the score's gradient over it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import register_method
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 @register_method(

@@ -8,12 +8,10 @@ cannot cancel positive ones at a location.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import register_method
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 @register_method(

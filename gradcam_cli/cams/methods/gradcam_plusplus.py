@@ -9,12 +9,10 @@ and alpha = 0 where the gradient is exactly zero.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import register_method
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 EPS = 1e-6  # the reference's stabiliser in the alpha denominator
 
@@ -25,7 +23,6 @@ EPS = 1e-6  # the reference's stabiliser in the alpha denominator
     passes="1 forward + 1 backward to the layer",
 )
 def gradcam_plusplus(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
-    import torch
 
     g2 = gradients.pow(2)
     g3 = g2 * gradients

@@ -7,13 +7,11 @@ pass is in `guided.py`; `--save-guided` also writes the RGB product image.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import register_method
 from gradcam_cli.cams.methods.gradcam import gradcam
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 @register_method(

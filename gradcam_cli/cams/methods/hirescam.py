@@ -7,12 +7,10 @@ gradient, element-wise, and the products are summed over channels.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import register_method
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 @register_method(

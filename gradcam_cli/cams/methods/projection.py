@@ -14,16 +14,12 @@ always gives the same map.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 
 def first_component(weighted: torch.Tensor) -> torch.Tensor:
     """(N, C, H, W) → (N, H, W): each position projected on the first principal axis."""
-    import torch
-
     n, c, h, w = weighted.shape
     rows = weighted.float().nan_to_num(nan=0.0).reshape(n, c, h * w).transpose(1, 2)  # N x HW x C
     centred = rows - rows.mean(dim=1, keepdim=True)

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import MethodKind, register_method
 
-if TYPE_CHECKING:
-    import torch
+import torch
+import torch.nn.functional as F
 
+if TYPE_CHECKING:
     from gradcam_cli.extract.perturb import LayerProbe
 
 MASK_EPS = 1e-8  # the reference's stabiliser in the per-channel min-max
@@ -27,8 +28,6 @@ MASK_EPS = 1e-8  # the reference's stabiliser in the per-channel min-max
     kind=MethodKind.PERTURBATION,
 )
 def scorecam(probe: LayerProbe) -> torch.Tensor:
-    import torch
-    import torch.nn.functional as F
 
     size = tuple(probe.x.shape[-2:])
 

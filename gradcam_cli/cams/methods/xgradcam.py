@@ -7,12 +7,10 @@ gradient averaged with the channel's own activations as weights.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 from gradcam_cli.cams.methods.base import register_method
 
-if TYPE_CHECKING:
-    import torch
+import torch
 
 EPS = 1e-7  # the reference's stabiliser for a channel that sums to zero
 
