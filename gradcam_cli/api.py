@@ -21,18 +21,18 @@ from gradcam_cli.cams.engine import compute_cams
 from gradcam_cli.cams.methods import get_method
 from gradcam_cli.cams.targets import TargetChoice
 from gradcam_cli.errors import GradcamError, InputError, LayerError, UsageError, spelled
-from gradcam_cli.geometry import Geometry, map_to_original, plan_geometry, to_input_array
+from gradcam_cli.geometry import Geometry, plan_geometry, to_input_array
 from gradcam_cli.inputs.decode import _pil_to_rgb, load_image
 from gradcam_cli.layers.defaults import default_layer_paths
 from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer
-from gradcam_cli.maps import CamOptions, member_of, normalise
+from gradcam_cli.maps import CamOptions, member_of
 from gradcam_cli.vocab import Combine, Norm
 from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.load import load_model as load_loaded_model
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
-from gradcam_cli.outputs.render import deprocess, overlay
-from gradcam_cli.outputs.writer import TOPK_IN_RECORD
+from gradcam_cli.outputs.render import guided_photo, overlay, photo_maps
+from gradcam_cli.outputs.writer import image_record, target_record
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.settings import DEFAULT_MAX_PIXELS, ExplainSettings, ModelSettings, build_settings
 
@@ -222,26 +222,27 @@ def _compute(run: PreparedRun, array: np.ndarray) -> CamBatch:
     return run.compute(torch.from_numpy(np.stack([array]))).to_cpu()
 
 
-def _class_name(names: Sequence[str] | None, index: int) -> str | None:
-    return names[index] if names and 0 <= index < len(names) else None
-
-
 def _class_map(run: PreparedRun, photo: np.ndarray, geometry: Geometry, cams: CamBatch, k: int, probabilities: torch.Tensor) -> ClassMap:
-    """One class's map put back onto the photo and drawn, as the CLI's writer does before it writes the files."""
+    """One class's map put back onto the photo and drawn by the CLI writer's own functions, nothing written."""
     from PIL import Image
 
-    index, cam, outputs = int(cams.targets[0, k]), cams.maps[0, k], run.settings.outputs
-    raw_norm = run.settings.maps.norm != "minmax"  # raw values: the overlay shows them scaled
-    shown = map_to_original(normalise(cam)[0] if raw_norm else cam, geometry)
-    raw = map_to_original(cam, geometry, clamp=False) if raw_norm else shown
-    guided = None
-    if cams.guided is not None:
-        rgb = map_to_original(deprocess(cams.guided[0, k]).permute(2, 0, 1), geometry)
-        guided = Image.fromarray((rgb.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8))
-    name, score, probability = _class_name(run.loaded.class_names, index), float(cams.logits[0, index]), float(probabilities[index])
-    record = TargetRecord(index, name, round(score, 6), round(probability, 6), bool(cams.blank[0, k]))
+    outputs = run.settings.outputs
+    shown, raw = photo_maps(cams.maps[0, k], geometry, raw_norm=run.settings.maps.norm != "minmax", with_raw=True)
+    guided = None if cams.guided is None else Image.fromarray(guided_photo(cams.guided[0, k], geometry))
+    record = target_record(cams, 0, k, probabilities, run.loaded.class_names)
     heat = Image.fromarray(overlay(photo, shown, outputs.colormap, outputs.alpha))
-    return ClassMap(index, name, record.probability, record.score, record.blank, _read_only(shown), _read_only(raw), heat, guided, record)
+    return ClassMap(
+        record.class_index,
+        record.class_name,
+        record.probability,
+        record.score,
+        record.blank,
+        _read_only(shown),
+        _read_only(raw if raw is not None else shown),
+        heat,
+        guided,
+        record,
+    )
 
 
 def _explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geometry, cams: CamBatch) -> Explanation:
@@ -250,25 +251,7 @@ def _explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geome
         raise InputError(f"{name}: the model's scores or gradients are not finite (NaN or inf) for this image")
     probabilities = torch.softmax(cams.logits[0].float(), dim=0)
     targets = tuple(_class_map(run, photo, geometry, cams, k, probabilities) for k in range(cams.targets.shape[1]))
-    top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
-    first = targets[0].record
-    record = ImageRecord(
-        input=name,
-        ok=True,
-        width=int(photo.shape[1]),
-        height=int(photo.shape[0]),
-        class_index=first.class_index,
-        class_name=first.class_name,
-        score=first.score,
-        probability=first.probability,
-        blank=first.blank,
-        targets=[t.record for t in targets],
-        **run.record_context(),
-        topk=[
-            {"index": int(i), "name": _class_name(run.loaded.class_names, int(i)), "probability": round(float(p), 6)}
-            for p, i in zip(top.values, top.indices)
-        ],
-    )
+    record = image_record(name, photo, [t.record for t in targets], probabilities, run.loaded.class_names, run.record_context())
     return Explanation(targets, record, _read_only(np.array(photo)), geometry)
 
 

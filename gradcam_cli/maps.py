@@ -54,7 +54,7 @@ def member_of(enum: type[Norm] | type[Combine], name: str, value: object) -> Any
         raise UsageError(f"{name} must be one of {', '.join(m.value for m in enum)}, not {value!r}") from None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class CamBatch:
     """Maps (N, K, H, W) at the input size, with what was explained.
 
@@ -85,7 +85,7 @@ class CamBatch:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class NetworkGradients:
     """What a whole-network method (FullGrad) receives for one target rank."""
 

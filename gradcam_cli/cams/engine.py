@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gradcam_cli.cams.targets import FixedTargets, TargetChoice
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _Job:
     """One batch to explain, and everything the runners share about it."""
 
@@ -107,7 +107,7 @@ def _run_gradient(job: _Job) -> CamBatch:
             blanks.append(blank)
     maps_t, blanks_t = _stack(maps, blanks)
     guided_t = torch.stack(guided, dim=1) if guided else None
-    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen, guided_t)
+    return CamBatch(maps=maps_t, blank=blanks_t, finite=finite, logits=logits.detach(), targets=chosen, guided=guided_t)
 
 
 def _perturbation_raws(
@@ -124,7 +124,17 @@ def _perturbation_raws(
     raws = []
     for layer, raw, layout, grid in zip(job.layers, activations, layouts, grids):
         probe = LayerProbe(
-            job.model, job.x, layer, layout, raw, grid, logits, classes, job.options.cam_batch_size, job.options.progress, job.method.name
+            model=job.model,
+            x=job.x,
+            layer=layer,
+            layout=layout,
+            output=raw,
+            activations=grid,
+            logits=logits,
+            classes=classes,
+            batch_size=job.options.cam_batch_size,
+            progress=job.options.progress,
+            method_name=job.method.name,
         )
         with job.autocast():
             weights = job.method.perturbation_cam()(probe).float()
@@ -152,7 +162,7 @@ def _run_forward_only(job: _Job) -> CamBatch:
                 for k in range(chosen.shape[1])
             ]
         maps_t, blanks_t = _stack([m for m, _ in per_rank], [b for _, b in per_rank])
-        return CamBatch(maps_t, blanks_t, finite, logits, chosen)
+        return CamBatch(maps=maps_t, blank=blanks_t, finite=finite, logits=logits, targets=chosen)
 
 
 def _run_network(job: _Job) -> CamBatch:
@@ -170,16 +180,16 @@ def _run_network(job: _Job) -> CamBatch:
             finite &= finite_rows(input_grad, *gradients)
             ran = recorder.ran_layers()
             network = NetworkGradients(
-                recorder.recorded_input().detach(),
-                input_grad,
-                [(layer.module, g) for layer, g in zip(ran, gradients)],
-                job.options.eigen_smooth,
+                inputs=recorder.recorded_input().detach(),
+                input_grad=input_grad,
+                layers=[(layer.module, g) for layer, g in zip(ran, gradients)],
+                eigen_smooth=job.options.eigen_smooth,
             )
             cam, blank = finish_maps([job.method.network_cam()(network)], job.size, job.options)
             maps.append(cam)
             blanks.append(blank)
     maps_t, blanks_t = _stack(maps, blanks)
-    return CamBatch(maps_t, blanks_t, finite, logits.detach(), chosen)
+    return CamBatch(maps=maps_t, blank=blanks_t, finite=finite, logits=logits.detach(), targets=chosen)
 
 
 _RUNNERS = {
@@ -204,7 +214,8 @@ def compute_cams(
 ) -> CamBatch:
     """Maps at the input tensor's size for each image and target rank."""
     options = options or CamOptions()
-    job = _Job(model, x, layers, method, targets, options, LayoutHints(num_prefix_tokens, grid), model_name)
+    hints = LayoutHints(num_prefix_tokens=num_prefix_tokens, grid=grid)
+    job = _Job(model=model, x=x, layers=layers, method=method, targets=targets, options=options, hints=hints, model_name=model_name)
     if options.aug_smooth:
         from gradcam_cli.cams.augment import smoothed
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 InputMaker = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LayerProbe:
     """What a gradient-free method may ask of the model, for one layer and one target rank."""
 

@@ -10,6 +10,8 @@ import io
 
 import numpy as np
 
+from gradcam_cli.geometry import Geometry, map_to_original
+from gradcam_cli.maps import normalise
 from gradcam_cli.vocab import Colormap
 
 import torch
@@ -71,3 +73,20 @@ def deprocess(image: torch.Tensor) -> torch.Tensor:
     centred = image - image.mean()
     scaled = centred / (centred.std() + 1e-5) * 0.1 + 0.5
     return scaled.clamp(0, 1).permute(1, 2, 0)
+
+
+def photo_maps(cam: torch.Tensor, geometry: Geometry, *, raw_norm: bool, with_raw: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """One class's map at the photo's resolution: what the overlay shows (in [0, 1]), and what --save-raw writes.
+
+    With raw values (norm none) the overlay shows them scaled; the raw map keeps them unscaled.
+    """
+    shown = map_to_original(normalise(cam)[0] if raw_norm else cam, geometry)
+    if not with_raw:
+        return shown, None
+    return shown, (map_to_original(cam, geometry, clamp=False) if raw_norm else shown)
+
+
+def guided_photo(image: torch.Tensor, geometry: Geometry) -> np.ndarray:
+    """The guided Grad-CAM image (3, H, W) of the model's input, in colour (uint8) at the photo's size."""
+    rgb = map_to_original(deprocess(image).permute(2, 0, 1), geometry)
+    return (rgb.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8)

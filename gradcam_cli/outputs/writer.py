@@ -18,8 +18,8 @@ from gradcam_cli.errors import InputError
 from gradcam_cli.outputs.files import remove_stale_temps, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
-from gradcam_cli.outputs.render import Colormap, deprocess, encode_npy, encode_png, overlay
-from gradcam_cli.geometry import Geometry, map_to_original
+from gradcam_cli.outputs.render import Colormap, encode_npy, encode_png, guided_photo, overlay, photo_maps
+from gradcam_cli.geometry import Geometry
 
 import torch
 
@@ -27,6 +27,56 @@ if TYPE_CHECKING:
     from gradcam_cli.maps import CamBatch
 
 TOPK_IN_RECORD = 5
+
+
+def class_name(names: Sequence[str] | None, index: int) -> str | None:
+    """A class's name, when the model has names and the index is one of them."""
+    return names[index] if names and 0 <= index < len(names) else None
+
+
+def target_record(
+    cams: CamBatch, row: int, k: int, probabilities: torch.Tensor, names: Sequence[str] | None, **paths: str | None
+) -> TargetRecord:
+    """One explained class of one image, as its record says it (`paths`: overlay, raw, guided, when written)."""
+    index = int(cams.targets[row, k])
+    return TargetRecord(
+        class_index=index,
+        class_name=class_name(names, index),
+        score=round(float(cams.logits[row, index]), 6),
+        probability=round(float(probabilities[index]), 6),
+        blank=bool(cams.blank[row, k]),
+        **paths,
+    )
+
+
+def image_record(
+    input_name: str,
+    image: np.ndarray,
+    targets: list[TargetRecord],
+    probabilities: torch.Tensor,
+    names: Sequence[str] | None,
+    context: dict[str, Any],
+) -> ImageRecord:
+    """An explained image's record: the first target at the top level, every target, the model's top classes."""
+    top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
+    first = targets[0]
+    return ImageRecord(
+        input=input_name,
+        ok=True,
+        width=int(image.shape[1]),
+        height=int(image.shape[0]),
+        class_index=first.class_index,
+        class_name=first.class_name,
+        score=first.score,
+        probability=first.probability,
+        blank=first.blank,  # the top-level fields describe the first target; each target has its own flag
+        outputs=[t.overlay for t in targets if t.overlay],
+        targets=targets,
+        topk=[
+            {"index": int(i), "name": class_name(names, int(i)), "probability": round(float(p), 6)} for p, i in zip(top.values, top.indices)
+        ],
+        **context,
+    )
 
 
 class ResultWriter:
@@ -64,10 +114,6 @@ class ResultWriter:
             remove_stale_temps(folder)
             self._folders_ready.add(folder)
 
-    def class_name(self, index: int) -> str | None:
-        names = self.class_names
-        return names[index] if names and 0 <= index < len(names) else None
-
     def finish(self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, base: PurePath) -> ImageRecord:
         """Write this image's files for every explained class and build its record."""
         if not bool(cams.finite[row]):
@@ -77,26 +123,7 @@ class ResultWriter:
         targets = [
             self._write_target(path, image, geometry, cams, row, k, base, several, probabilities) for k in range(cams.targets.shape[1])
         ]
-        top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
-        first = targets[0]
-        return ImageRecord(
-            input=str(path),
-            ok=True,
-            width=int(image.shape[1]),
-            height=int(image.shape[0]),
-            class_index=first.class_index,
-            class_name=first.class_name,
-            score=first.score,
-            probability=first.probability,
-            blank=first.blank,  # the top-level fields describe the first target; each target has its own flag
-            outputs=[t.overlay for t in targets if t.overlay],
-            targets=targets,
-            topk=[
-                {"index": int(i), "name": self.class_name(int(i)), "probability": round(float(p), 6)}
-                for p, i in zip(top.values, top.indices)
-            ],
-            **self.context,
-        )
+        return image_record(str(path), image, targets, probabilities, self.class_names, self.context)
 
     def skipped_record(self, path: Path, outputs: list[str]) -> ImageRecord:
         """--skip-existing: accounted for, not recomputed."""
@@ -120,19 +147,17 @@ class ResultWriter:
     ) -> TargetRecord:
         """Map one class's CAM back onto the photo and write it."""
         index = int(cams.targets[row, k])
-        blank = bool(cams.blank[row, k])
-        name = self.class_name(index)
         overlay_path, raw_path, guided_path = self.namer.paths(base, index if several else None, self.save_raw, self.save_guided)
         self._prepare_folder(overlay_path.parent)
         self._write_maps(image, geometry, cams.maps[row, k], overlay_path, raw_path)
         if guided_path is not None and cams.guided is not None:
             self._write_guided(geometry, cams.guided[row, k], guided_path)
-        return TargetRecord(
-            class_index=index,
-            class_name=name,
-            score=round(float(cams.logits[row, index]), 6),
-            probability=round(float(probabilities[index]), 6),
-            blank=blank,
+        return target_record(
+            cams,
+            row,
+            k,
+            probabilities,
+            self.class_names,
             overlay=str(overlay_path),
             raw=str(raw_path) if raw_path is not None else None,
             guided=str(guided_path) if guided_path is not None else None,
@@ -140,17 +165,12 @@ class ResultWriter:
 
     def _write_maps(self, image: np.ndarray, geometry: Geometry, cam: torch.Tensor, overlay_path: Path, raw_path: Path | None) -> None:
         """The overlay (always scaled to [0, 1] for display) and, if asked, the map as computed."""
-        from gradcam_cli.maps import normalise
-
-        shown = normalise(cam)[0] if self.raw_norm else cam
-        full = map_to_original(shown, geometry)
-        write_atomic(overlay_path, encode_png(overlay(image, full, self.colormap, self.alpha)))
-        if raw_path is not None:
-            values = map_to_original(cam, geometry, clamp=False) if self.raw_norm else full
-            write_atomic(raw_path, encode_npy(values))
+        shown, raw = photo_maps(cam, geometry, raw_norm=self.raw_norm, with_raw=raw_path is not None)
+        write_atomic(overlay_path, encode_png(overlay(image, shown, self.colormap, self.alpha)))
+        if raw_path is not None and raw is not None:
+            write_atomic(raw_path, encode_npy(raw))
 
     @staticmethod
     def _write_guided(geometry: Geometry, image: torch.Tensor, path: Path) -> None:
         """The guided Grad-CAM image in colour, at the photo's size."""
-        rgb = map_to_original(deprocess(image).permute(2, 0, 1), geometry)
-        write_atomic(path, encode_png((rgb.transpose(1, 2, 0) * 255.0 + 0.5).astype(np.uint8)))
+        write_atomic(path, encode_png(guided_photo(image, geometry)))
