@@ -227,7 +227,7 @@ def _class_map(run: PreparedRun, photo: np.ndarray, geometry: Geometry, cams: Ca
     from PIL import Image
 
     outputs = run.settings.outputs
-    shown, raw = photo_maps(cams.maps[0, k], geometry, raw_norm=run.settings.maps.norm != "minmax", with_raw=True)
+    shown, raw = photo_maps(cams.maps[0, k], geometry, raw_norm=run.settings.maps.norm is not Norm.minmax, with_raw=True)
     guided = None if cams.guided is None else Image.fromarray(guided_photo(cams.guided[0, k], geometry))
     record = target_record(cams, 0, k, probabilities, run.loaded.class_names)
     heat = Image.fromarray(overlay(photo, shown, outputs.colormap, outputs.alpha))

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 
 from gradcam_cli.errors import LayoutError
+from gradcam_cli.vocab import LayoutKind
 
 import torch
 from torch import nn
@@ -40,20 +41,23 @@ class LayoutHints:
 class Layout:
     """How one layer's output maps onto N×C×H×W."""
 
-    kind: str  # "NCHW", "NHWC" or "NLC"
+    kind: LayoutKind
     grid: tuple[int, int]
     prefix_tokens: int = 0
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", LayoutKind(self.kind))  # "NLC" from a caller is the member
+
     def describe(self) -> str:
         h, w = self.grid
-        if self.kind == "NLC":
+        if self.kind is LayoutKind.NLC:
             return f"NLC tokens, {self.prefix_tokens} prefix + {h}x{w} grid"
-        return f"{self.kind} {h}x{w}"
+        return f"{self.kind.value} {h}x{w}"
 
     def to_nchw(self, t: torch.Tensor) -> torch.Tensor:
-        if self.kind == "NCHW":
+        if self.kind is LayoutKind.NCHW:
             return t
-        if self.kind == "NHWC":
+        if self.kind is LayoutKind.NHWC:
             return t.permute(0, 3, 1, 2)
         h, w = self.grid
         return t[:, self.prefix_tokens :, :].reshape(t.shape[0], h, w, t.shape[-1]).permute(0, 3, 1, 2)
@@ -174,21 +178,21 @@ def _detect_4d(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutH
     nchw, nhwc = (shape[2], shape[3]), (shape[1], shape[2])
     if hints.grid is not None:
         if nchw == hints.grid:
-            return Layout("NCHW", nchw)
+            return Layout(LayoutKind.NCHW, nchw)
         if nhwc == hints.grid:
-            return Layout("NHWC", nhwc)
+            return Layout(LayoutKind.NHWC, nhwc)
         raise LayoutError(f"{where} has no {hints.grid[0]}x{hints.grid[1]} grid; check ⟨grid⟩")
     if hints.channels_dim == 1 and plausible_grid(*nchw, input_hw):
-        return Layout("NCHW", nchw)
+        return Layout(LayoutKind.NCHW, nchw)
     if hints.channels_dim == -1 and plausible_grid(*nhwc, input_hw):
-        return Layout("NHWC", nhwc)
-    candidates = [Layout(k, g) for k, g in (("NCHW", nchw), ("NHWC", nhwc)) if plausible_grid(*g, input_hw)]
+        return Layout(LayoutKind.NHWC, nhwc)
+    candidates = [Layout(k, g) for k, g in ((LayoutKind.NCHW, nchw), (LayoutKind.NHWC, nhwc)) if plausible_grid(*g, input_hw)]
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
         raise LayoutError(f"{where} matches no spatial grid of the {input_hw[0]}x{input_hw[1]} input; pass ⟨grid=HxW⟩")
     if nchw == nhwc:  # C == H == W: both readings give the same grid; channels-first is the torch convention
-        return Layout("NCHW", nchw)
+        return Layout(LayoutKind.NCHW, nchw)
     errors = sorted((_aspect_error(c.grid, input_hw), i) for i, c in enumerate(candidates))
     if errors[1][0] - errors[0][0] > CLEAR_ASPECT_MARGIN:
         return candidates[errors[0][1]]  # only one reading has the input's proportions
@@ -243,11 +247,11 @@ def _infer_tokens(tokens: int, input_hw: tuple[int, int], hints: LayoutHints) ->
     if hints.patch_grid is not None:
         gh, gw = hints.patch_grid
         if 0 <= tokens - gh * gw <= MAX_PREFIX_TOKENS:
-            return Layout("NLC", (gh, gw), tokens - gh * gw)
+            return Layout(LayoutKind.NLC, (gh, gw), tokens - gh * gw)
     if hints.num_prefix_tokens is not None:
         grid = _token_grid(tokens - hints.num_prefix_tokens, input_hw)
         if grid is not None:
-            return Layout("NLC", grid, hints.num_prefix_tokens)
+            return Layout(LayoutKind.NLC, grid, hints.num_prefix_tokens)
     return _guess_prefix(tokens, input_hw)
 
 
@@ -257,7 +261,7 @@ def _user_token_grid(tokens: int, input_hw: tuple[int, int], hints: LayoutHints,
     h, w = hints.grid
     prefix = tokens - h * w
     if 0 <= prefix <= MAX_PREFIX_TOKENS:
-        return Layout("NLC", (h, w), prefix)
+        return Layout(LayoutKind.NLC, (h, w), prefix)
     if prefix < 0:
         problem = f"⟨grid={h}x{w}⟩ needs {h * w}"
     else:
@@ -285,5 +289,5 @@ def _guess_prefix(tokens: int, input_hw: tuple[int, int]) -> Layout | None:
             continue
         error = _aspect_error(grid, input_hw)
         if best is None or error < best[0] - 1e-9:
-            best = (error, Layout("NLC", grid, prefix))
+            best = (error, Layout(LayoutKind.NLC, grid, prefix))
     return best[1] if best else None

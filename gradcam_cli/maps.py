@@ -137,12 +137,12 @@ def finish_maps(raw_per_layer: Sequence[torch.Tensor], size: tuple[int, int], op
     for raw in raw_per_layer:
         if options.relu:
             raw = raw.clamp(min=0)
-        if options.norm == "minmax":
+        if options.norm is Norm.minmax:
             raw = normalise(raw)[0]
         per_layer.append(resize(raw, size))  # half-pixel bilinear, as cv2.resize: maps match the reference
     combined = combine_layers(per_layer, options.combine)
     scaled, blank = normalise(combined)
-    return (scaled if options.norm == "minmax" else combined), blank
+    return (scaled if options.norm is Norm.minmax else combined), blank
 
 
 def finite_rows(*tensors: torch.Tensor) -> torch.Tensor:

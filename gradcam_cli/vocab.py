@@ -62,6 +62,14 @@ class Precision(str, Enum):
     fp16 = "fp16"
 
 
+class LayoutKind(str, Enum):
+    """How a layer's output is laid out: channels first, channels last, or a sequence of tokens."""
+
+    NCHW = "NCHW"
+    NHWC = "NHWC"
+    NLC = "NLC"
+
+
 def values(enum: type[Enum]) -> list[str]:
     """What the user may type for an enum option, in order."""
     return [str(member.value) for member in enum]

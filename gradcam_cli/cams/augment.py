@@ -20,6 +20,8 @@ from gradcam_cli.cams.targets import FixedTargets
 
 import torch
 
+from gradcam_cli.vocab import Norm
+
 if TYPE_CHECKING:
     from gradcam_cli.maps import CamBatch, CamOptions
     from gradcam_cli.cams.targets import TargetChoice
@@ -111,4 +113,4 @@ def smoothed(
         finite &= batch.finite
     mean = total / votes
     scaled, blank = normalise(mean)
-    return replace(first, maps=scaled if options.norm == "minmax" else mean, blank=blank, finite=finite)
+    return replace(first, maps=scaled if options.norm is Norm.minmax else mean, blank=blank, finite=finite)

@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
 
 import torch
+
+from gradcam_cli.vocab import Norm
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
@@ -79,7 +81,7 @@ class GuidedBackprop:
         image = cam[:, None].to(backprop.dtype) * backprop
         pixel = image.abs().amax(dim=1)
         scaled, blank = normalise(pixel)
-        return (scaled if options.norm == "minmax" else pixel), blank, image
+        return (scaled if options.norm is Norm.minmax else pixel), blank, image
 
 
 @contextmanager

@@ -17,12 +17,14 @@ from collections.abc import Callable, Iterator
 from gradcam_cli.model.state import eval_mode, first_tensor
 
 import torch
+
+from gradcam_cli.vocab import LayoutKind
 from torch import nn
 
 if TYPE_CHECKING:
     from gradcam_cli.maps import ProgressFn
     from gradcam_cli.layers.paths import ResolvedLayer
-    from gradcam_cli.layout import Layout
+from gradcam_cli.layout import Layout
 
 # (image indices (B,), channel indices (B,)) → the B inputs to score
 InputMaker = Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]
@@ -84,7 +86,7 @@ class LayerProbe:
         """The recorded output of `images`, with channel `channels[j]` of row j zeroed."""
         out = self.output[images].clone()
         rows = torch.arange(len(images), device=out.device)
-        if self.layout.kind == "NCHW":
+        if self.layout.kind is LayoutKind.NCHW:
             out[rows, channels] = 0
         else:  # channels last: NHWC, or NLC tokens (every token, prefix ones included)
             moved = out.movedim(-1, 1)

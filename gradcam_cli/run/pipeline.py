@@ -31,6 +31,7 @@ from gradcam_cli.run.resume import existing_outputs
 from gradcam_cli.run.summary import Summary
 from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
 from gradcam_cli.settings import ExplainSettings, as_flag, in_flags
+from gradcam_cli.vocab import Norm
 
 OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
@@ -61,7 +62,7 @@ class Explainer:
             alpha=outputs.alpha,
             save_raw=outputs.save_raw,
             save_guided=outputs.save_guided,
-            raw_norm=settings.maps.norm != "minmax",
+            raw_norm=settings.maps.norm is not Norm.minmax,
             explicit_classes=bool(self.prepared.targets.classes),
         )
 
