@@ -31,8 +31,9 @@ from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.load import load_model as load_loaded_model
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
-from gradcam_cli.outputs.render import guided_photo, overlay, photo_maps
-from gradcam_cli.outputs.writer import image_record, target_record
+from gradcam_cli.outputs.picture import draw
+from gradcam_cli.outputs.render import guided_photo, photo_maps
+from gradcam_cli.outputs.writer import caption_for, image_record, target_record
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.settings import DEFAULT_MAX_PIXELS, ExplainSettings, ModelSettings, build_settings
 
@@ -230,7 +231,8 @@ def _class_map(run: PreparedRun, photo: np.ndarray, geometry: Geometry, cams: Ca
     shown, raw = photo_maps(cams.maps[0, k], geometry, raw_norm=run.settings.maps.norm is not Norm.minmax, with_raw=True)
     guided = None if cams.guided is None else Image.fromarray(guided_photo(cams.guided[0, k], geometry))
     record = target_record(cams, 0, k, probabilities, run.loaded.class_names)
-    heat = Image.fromarray(overlay(photo, shown, outputs.colormap, outputs.alpha))
+    caption = caption_for(record, run.record_context()) if outputs.caption else None
+    heat = Image.fromarray(draw(photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha, caption=caption))
     return ClassMap(
         record.class_index,
         record.class_name,
@@ -266,6 +268,8 @@ def explain(
     crop: bool = False,
     colormap: str = "jet",
     alpha: float = 0.5,
+    style: str = "overlay",
+    caption: bool = False,
     relu: bool = True,
     norm: str = "minmax",
     combine: str = "mean",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gradcam_cli.errors import UsageError, spelled
-from gradcam_cli.vocab import Colormap, Combine, Method, Norm, Precision, values
+from gradcam_cli.vocab import Colormap, Combine, Method, Norm, Precision, Style, values
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
 
@@ -61,6 +61,8 @@ class OutputSettings:
     output_dir: Path = Path("gradcam_out")
     colormap: Colormap = Colormap.jet
     alpha: float = 0.5
+    style: Style = Style.overlay
+    caption: bool = False
     save_raw: bool = False
     save_guided: bool = False
     skip_existing: bool = False
@@ -207,6 +209,15 @@ OPTIONS: tuple[Option, ...] = (
            help="Heat-map colours.", doc=", ".join(f"`{c}`" for c in values(Colormap)) + " (default `jet`)"),
     Option(name="alpha", flags=("--alpha",), kind=float, default=0.5, group="outputs", metavar="A", minimum=0, maximum=1,
            help="Heat-map opacity over the photo, 0 to 1.", doc="heat-map opacity over the photo, 0–1 (default 0.5)"),
+    Option(name="style", flags=("--style",), kind=Style, default=Style.overlay.value, group="outputs",
+           help="overlay: the map over the photo; side-by-side: the photo and the map; contour: iso-lines over the photo.",
+           doc="`overlay` (default): the heat map blended over the photo (`--alpha`); `side-by-side`: the untouched photo "
+               "and the heat map beside it; `contour`: iso-lines of the map at 0.2, 0.4, 0.6 and 0.8 over the untouched "
+               "photo, for busy or similar-coloured images where an overlay hides the shape"),
+    Option(name="caption", flags=("--caption",), kind=bool, default=False, group="outputs",
+           help="Write the class, probability, method and layer under the picture.",
+           doc="write the class name, probability, method and layer on a band under the picture, sized from the picture "
+               "(Pillow's scalable default font, nothing to install)"),
     Option(name="save_raw", flags=("--save-raw",), kind=bool, default=False, group="outputs",
            help="Also write the float32 map at the image's size as .npy (in [0,1] unless --norm none).",
            doc="also write the float32 map at the image's resolution as `.npy` (in [0, 1] unless `--norm none`)"),

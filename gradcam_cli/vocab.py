@@ -53,6 +53,14 @@ class Colormap(str, Enum):
     gray = "gray"
 
 
+class Style(str, Enum):
+    """How the map is drawn: over the photo, beside it, or as iso-lines over the untouched photo."""
+
+    overlay = "overlay"
+    side_by_side = "side-by-side"
+    contour = "contour"
+
+
 class Precision(str, Enum):
     """The dtype of the model's passes; the CAM maths always run in fp32."""
 

@@ -18,7 +18,9 @@ from gradcam_cli.errors import InputError
 from gradcam_cli.outputs.files import remove_stale_temps, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
-from gradcam_cli.outputs.render import Colormap, encode_npy, encode_png, guided_photo, overlay, photo_maps
+from gradcam_cli.outputs.picture import caption_text, draw
+from gradcam_cli.outputs.render import encode_npy, encode_png, guided_photo, photo_maps
+from gradcam_cli.vocab import Colormap, Style
 from gradcam_cli.geometry import Geometry
 
 import torch
@@ -79,6 +81,11 @@ def image_record(
     )
 
 
+def caption_for(record: TargetRecord, context: dict[str, Any]) -> str:
+    """The caption of one explained class: its name, probability, and the run's method and layers."""
+    return caption_text(record.class_name, record.class_index, record.probability, str(context["method"]), list(context["layers"]))
+
+
 class ResultWriter:
     """Writes overlays (and raw maps, guided images) for one run and builds the JSON records."""
 
@@ -90,6 +97,8 @@ class ResultWriter:
         *,
         colormap: Colormap = Colormap.jet,
         alpha: float = 0.5,
+        style: Style = Style.overlay,
+        caption: bool = False,
         save_raw: bool = False,
         save_guided: bool = False,
         raw_norm: bool = False,
@@ -98,7 +107,7 @@ class ResultWriter:
         self.namer = namer
         self.class_names = class_names
         self.context = context  # model, layers, method, device, settings: the same in every record
-        self.colormap, self.alpha = colormap, alpha
+        self.colormap, self.alpha, self.style, self.caption = colormap, alpha, style, caption
         self.save_raw, self.save_guided = save_raw, save_guided
         self.raw_norm = raw_norm  # maps hold raw values (--norm none): scale them for display
         self.explicit_classes = explicit_classes
@@ -149,10 +158,7 @@ class ResultWriter:
         index = int(cams.targets[row, k])
         overlay_path, raw_path, guided_path = self.namer.paths(base, index if several else None, self.save_raw, self.save_guided)
         self._prepare_folder(overlay_path.parent)
-        self._write_maps(image, geometry, cams.maps[row, k], overlay_path, raw_path)
-        if guided_path is not None and cams.guided is not None:
-            self._write_guided(geometry, cams.guided[row, k], guided_path)
-        return target_record(
+        record = target_record(
             cams,
             row,
             k,
@@ -162,11 +168,22 @@ class ResultWriter:
             raw=str(raw_path) if raw_path is not None else None,
             guided=str(guided_path) if guided_path is not None else None,
         )
+        self._write_maps(image, geometry, cams.maps[row, k], overlay_path, raw_path, self._caption(record))
+        if guided_path is not None and cams.guided is not None:
+            self._write_guided(geometry, cams.guided[row, k], guided_path)
+        return record
 
-    def _write_maps(self, image: np.ndarray, geometry: Geometry, cam: torch.Tensor, overlay_path: Path, raw_path: Path | None) -> None:
-        """The overlay (always scaled to [0, 1] for display) and, if asked, the map as computed."""
+    def _caption(self, record: TargetRecord) -> str | None:
+        """--caption: what the picture shows, under it."""
+        return caption_for(record, self.context) if self.caption else None
+
+    def _write_maps(
+        self, image: np.ndarray, geometry: Geometry, cam: torch.Tensor, overlay_path: Path, raw_path: Path | None, caption: str | None
+    ) -> None:
+        """The picture (its map always scaled to [0, 1] for display) and, if asked, the map as computed."""
         shown, raw = photo_maps(cam, geometry, raw_norm=self.raw_norm, with_raw=raw_path is not None)
-        write_atomic(overlay_path, encode_png(overlay(image, shown, self.colormap, self.alpha)))
+        drawn = draw(image, shown, style=self.style, colormap=self.colormap, alpha=self.alpha, caption=caption)
+        write_atomic(overlay_path, encode_png(drawn))
         if raw_path is not None and raw is not None:
             write_atomic(raw_path, encode_npy(raw))
 

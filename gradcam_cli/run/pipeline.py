@@ -60,6 +60,8 @@ class Explainer:
             self.prepared.record_context(),
             colormap=outputs.colormap,
             alpha=outputs.alpha,
+            style=outputs.style,
+            caption=outputs.caption,
             save_raw=outputs.save_raw,
             save_guided=outputs.save_guided,
             raw_norm=settings.maps.norm is not Norm.minmax,
