@@ -49,12 +49,12 @@ def _parameter(option: Option) -> inspect.Parameter:
     else:
         kind = str | None if option.default is None else str
     if not option.flags:
-        spec = typer.Argument(help=option.help, show_default=False)
+        spec = typer.Argument(help=option.help, show_default=False, metavar=option.metavar)
     elif option.choices is not None:
         shown = option.metavar or f"<{'|'.join(option.choices)}>"
         spec = typer.Option(*option.flags, parser=_choice_parser(option.flag, option.choices), metavar=shown, help=option.help)
     else:
-        spec = typer.Option(*option.flags, help=option.help, show_default=option.default is not None)
+        spec = typer.Option(*option.flags, help=option.help, show_default=option.default is not None, metavar=option.metavar or None)
     return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default, annotation=Annotated[kind, spec])
 
 
