@@ -146,20 +146,6 @@ def plausible_grid(h: int, w: int, input_hw: tuple[int, int]) -> bool:
     return ratio <= STRIDE_RATIO_LIMIT * slack
 
 
-def parse_grid(text: str) -> tuple[int, int]:
-    """`14x14` or `14` → (14, 14)."""
-    parts = text.lower().replace("×", "x").split("x")
-    try:
-        values = [int(p) for p in parts]
-    except ValueError:
-        values = []
-    if len(values) == 1:
-        values = values * 2
-    if len(values) != 2 or min(values) < 1:
-        raise LayoutError(f"⟨grid='{text}'⟩ is not a size like 14x14 (rows x columns of the layer's tokens)")
-    return values[0], values[1]
-
-
 def _shape_text(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ")"
 

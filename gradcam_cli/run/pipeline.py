@@ -204,5 +204,5 @@ def _namer(run: PreparedRun) -> OutputNamer:
     """Output names: a class suffix when several classes are explained, wide enough for the largest index."""
     targets, outputs = run.targets, run.settings.outputs
     several = bool(targets.classes) or targets.topk > 1
-    largest = max(targets.classes or [(run.num_classes or 1) - 1]) if several else None
+    largest = max(targets.classes or [(run.num_outputs or 1) - 1]) if several else None
     return OutputNamer(outputs.output_dir, run.method.name, largest, outputs.save_raw, outputs.save_guided)

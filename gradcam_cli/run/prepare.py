@@ -44,15 +44,12 @@ class PreparedRun:
     device: torch.device
     options: CamOptions
     channels_last: bool
+    num_outputs: int | None  # the logits' width (the classes the model can be asked about)
     notices: list[str] = field(default_factory=list)  # said once when the run starts, after every check has passed
 
     @property
     def model(self) -> nn.Module:
         return self.loaded.model
-
-    @property
-    def num_classes(self) -> int | None:
-        return model_load.num_outputs(self.model)
 
     def compute(self, x: torch.Tensor) -> CamBatch:
         """The maps of a preprocessed batch (N, 3, H, W), computed as the run does (device, memory format)."""
@@ -136,9 +133,8 @@ def prepare_run(
     paths = list(settings.target.layers) or default_layer_paths(loaded.model, loaded.arch, loaded.source)
     layers = resolve_layers(loaded.model, paths, loaded.name)
     said: list[str] = []
-    targets = _fit_topk(
-        target_choice(settings.target.classes, settings.target.topk, loaded.class_names), model_load.num_outputs(loaded.model), said.append
-    )
+    outputs = model_load.num_outputs(loaded.model)
+    targets = _fit_topk(target_choice(settings.target.classes, settings.target.topk, loaded.class_names), outputs, said.append)
     if not model.pretrained and model.weights is None:
         said.append(NO_PRETRAINED)
     prepared = PreparedRun(
@@ -150,6 +146,7 @@ def prepare_run(
         device=device,
         options=options,
         channels_last=place_model(loaded.model, device),
+        num_outputs=outputs,
         notices=said if notices else [],
     )
     if notices and method.kind == MethodKind.PERTURBATION:
