@@ -2,7 +2,7 @@
 
 A hub turns a model name into a network and knows that network's facts: its
 preprocessing, class names, where its weights come from, its default target
-layer. The loader and the layer defaults ask the hub and never branch on
+layer and its stages. The loader and the layer defaults ask the hub and never branch on
 which one it is; a new hub is one module with a ModelSource plus one line in
 SOURCES.
 """
@@ -49,6 +49,9 @@ class ModelSource(Protocol):
 
     def default_layer(self, model: nn.Module, arch: str) -> str | None:
         """The dotted path of the default target layer for models of this hub's look, or None: no opinion."""
+
+    def stage_layers(self, model: nn.Module, arch: str) -> list[str] | None:
+        """Dotted paths of one layer per stage, in forward order (`gradcam compare --layers stages`), or None: no opinion."""
 
     def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
         """Prefix tokens (class, distillation, register) the family prepends when the module does not say."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gradcam_cli.errors import UsageError
+from gradcam_cli.model.blocks import every_kth
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.model.downloads import hf_endpoint
 from gradcam_cli.model.messages import closest
@@ -102,6 +103,18 @@ class TimmHub:
             if isinstance(last, dict) and last.get("module"):
                 return str(last["module"])
         return None
+
+    def stage_layers(self, model: nn.Module, arch: str) -> list[str] | None:
+        """feature_info's modules; where every entry has one resolution (a ViT's blocks), every k-th, ending at the default."""
+        if _is_vit_like(model):
+            blocks: Any = model.blocks
+            return [f"blocks.{i}.norm1" for i in every_kth(len(blocks))]
+        info: Any = getattr(model, "feature_info", None)
+        entries = [d for d in (info.get_dicts() if hasattr(info, "get_dicts") else info or []) if isinstance(d, dict)]
+        names = list(dict.fromkeys(str(d["module"]) for d in entries if d.get("module")))
+        if len({d.get("reduction") for d in entries}) == 1:
+            return [names[i] for i in every_kth(len(names))]
+        return names or None
 
     def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
         """timm models carry num_prefix_tokens themselves; nothing to add when one does not."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gradcam_cli.errors import UsageError
+from gradcam_cli.model.blocks import every_kth
 from gradcam_cli.model.data_config import DataConfig, default_input_hw
 from gradcam_cli.model.messages import closest
 
@@ -38,6 +39,15 @@ DEFAULT_LAYERS: tuple[tuple[str, str], ...] = (
     ("shufflenet_", "conv5"),
     ("googlenet", "inception5b"),
     ("inception_v3", "Mixed_7c"),
+)
+
+RESNET_STAGES = ("layer1", "layer2", "layer3", "layer4")
+# one layer per stage where the probe-forward rule reads the family less well; first matching prefix wins
+STAGE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("resnet", RESNET_STAGES),
+    ("resnext", RESNET_STAGES),
+    ("wide_resnet", RESNET_STAGES),
+    ("swin_", ("features.1", "features.3", "features.5", "features.7")),  # channels-last stages, between the patch mergings
 )
 
 
@@ -101,6 +111,21 @@ class TorchvisionHub:
             if arch.startswith(prefix):
                 return path
         return None
+
+    def stage_layers(self, model: nn.Module, arch: str) -> list[str] | None:
+        """The family table; vgg, alexnet: the map before each max-pool, then `features`; vit: every k-th encoder layer.
+
+        None for the others: the probe-forward rule (layers/stages.py) finds theirs (efficientnet, mobilenet, convnext, ...).
+        """
+        features = getattr(model, "features", None)
+        if arch.startswith(("vgg", "alexnet")) and isinstance(features, nn.Sequential):
+            children = list(features.named_children())
+            pools = [i for i, (_, module) in enumerate(children) if isinstance(module, nn.MaxPool2d) and 0 < i < len(children) - 1]
+            return [f"features.{children[i - 1][0]}" for i in pools] + ["features"]
+        layers = getattr(getattr(model, "encoder", None), "layers", None)
+        if arch.startswith("vit_") and isinstance(layers, nn.Sequential):
+            return [f"encoder.layers.{i}.ln_1" for i in every_kth(len(layers))]
+        return next((list(paths) for prefix, paths in STAGE_LAYERS if arch.startswith(prefix)), None)
 
     def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
         """torchvision's ViT prepends one class token and does not say so on the module."""

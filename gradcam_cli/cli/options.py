@@ -1,0 +1,58 @@
+"""A row of the option table (settings.OPTIONS) as a typer parameter: how every command's shared options are declared.
+
+explain takes the whole table, compare the part that means the same in a
+comparison; either way an option's flags, help, default and checks are the
+table's, so they cannot drift apart between commands.
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from typing import Annotated, Any
+
+import typer
+
+from gradcam_cli.errors import GradcamError
+from gradcam_cli.settings import Option
+
+
+def parameter(option: Option) -> inspect.Parameter:
+    """One option of the table as typer reads a parameter: its type and its click declaration."""
+    if option.kind is list:
+        kind: Any = list[str] | None
+    elif option.kind in (bool, int, float):
+        kind = option.kind if option.default is not None else option.kind | None
+    else:
+        kind = str | None if option.default is None else str
+    if not option.flags:
+        spec = typer.Argument(help=option.help, show_default=False, metavar=option.metavar)
+    elif option.choices is not None:
+        shown = option.metavar or f"<{'|'.join(option.choices)}>"
+        spec = typer.Option(*option.flags, parser=choice_parser(option.flag, option.choices), metavar=shown, help=option.help)
+    else:
+        spec = typer.Option(*option.flags, help=option.help, show_default=option.default is not None, metavar=option.metavar or None)
+    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default, annotation=Annotated[kind, spec])
+
+
+class _UnknownChoice(GradcamError):
+    """A flag's value outside its choices. Not a ValueError: click would wrap that in its own "Invalid value" words."""
+
+
+def _unknown_choice(option: str, value: str, names: list[str]) -> GradcamError:
+    close = difflib.get_close_matches(value, names, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return _UnknownChoice(f"{option} '{value}' is unknown; use one of {', '.join(names)}{hint}")
+
+
+def choice_parser(option: str, names: Any) -> Any:
+    """A parser for a fixed set of values; refuses with one plain line (typer's own says "Value error, ...")."""
+
+    def parse(value: Any) -> str:
+        text = str(getattr(value, "value", value))
+        known = list(names)
+        if text.strip().lower() in known:
+            return text.strip().lower()
+        raise _unknown_choice(option, text, known)
+
+    return parse

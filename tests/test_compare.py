@@ -1,0 +1,306 @@
+"""`gradcam compare` (issue 11, part 2): the grid's geometry and labels, its cells against explain(), the stages of a model."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import EXAMPLES, CliResult, SmallCnn, shared_timm_model, tv_resnet18
+from gradcam_cli.outputs.grid import CELL, BACKGROUND, cell_size, draw_grid, fit_cell, fitted, wrapped
+
+SHAPES = EXAMPLES / "shapes_images"
+STAR = SHAPES / "star_1.jpg"  # 400 x 260: shipped with the repo, and the example model knows it (class "star")
+MODEL = (
+    "-m", "test_resnet", "--no-pretrained",
+    "--weights", str(EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors"),
+    "--labels", str(EXAMPLES / "shapes_model" / "labels.txt"),
+)  # fmt: skip
+# Both sides of a cell check run the same code on the same weights in one process: the pixels should be equal.
+# The tolerance allows one map value a float ulp away to round to the next colour-map entry (jet steps up to
+# 4 levels per channel), halved by alpha 0.5: at most 2 levels of 255, far below what another map would give.
+TOLERANCE = 2
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _photo(height: int, width: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+
+
+def _solid_cells(photo: np.ndarray, rows: int, columns: int) -> list[list[np.ndarray]]:
+    """One flat colour per cell, none white: where each cell landed is plain to see."""
+    return [[np.full_like(photo, (20 + 30 * r, 40 + 25 * c, 200 - 10 * r)) for c in range(columns)] for r in range(rows)]
+
+
+def _inside(box: tuple[int, int, int, int], shape: tuple[int, ...]) -> bool:
+    x, y, w, h = box
+    return 0 <= x and 0 <= y and x + w <= shape[1] and y + h <= shape[0]
+
+
+def _mask(shape: tuple[int, ...], boxes: list[tuple[int, int, int, int]]) -> np.ndarray:
+    mask = np.zeros(shape[:2], bool)
+    for x, y, w, h in boxes:
+        mask[y : y + h, x : x + w] = True
+    return mask
+
+
+def _ink(picture: np.ndarray) -> np.ndarray:
+    return (picture != np.array(BACKGROUND, np.uint8)).any(axis=2)
+
+
+# ---------------------------------------------------------------- the grid
+
+
+@pytest.mark.parametrize("rows, columns", [(2, 2), (6, 8)])
+@pytest.mark.parametrize("height, width", [(120, 180), (300, 60), (45, 400)], ids=["landscape", "tall", "wide"])
+def test_the_grid_puts_every_cell_in_its_box_and_every_label_in_its_band(rows: int, columns: int, height: int, width: int) -> None:
+    photo = _photo(height, width)
+    cells = _solid_cells(photo, rows, columns)
+    layers = [f"stages.{r}.blocks.{r + 1}" for r in range(rows)]
+    methods = ["gradcam", "gradcam++", "scorecam", "layercam", "xgradcam", "hirescam", "eigencam", "ablationcam"][:columns]
+    grid = draw_grid(photo, cells, rows=layers, columns=methods, header="tabby, tabby cat  p=0.83  ·  resnet50")
+    picture = grid.picture
+    assert picture.dtype == np.uint8 and picture.shape[2] == 3
+    size = cell_size((height, width))
+    long, short = max(height, width), min(height, width)
+    assert max(size) == CELL and min(size) == round(short * CELL / long)  # the longest side fixed, the aspect kept
+    boxes = [box for row in grid.cells for box in row]
+    assert len(grid.cells) == rows and all(len(row) == columns for row in grid.cells)
+    for r, row in enumerate(grid.cells):
+        for c, box in enumerate(row):
+            assert box[2:] == size and _inside(box, picture.shape)
+            x, y, w, h = box
+            assert np.array_equal(picture[y : y + h, x : x + w], fit_cell(cells[r][c], size))  # the cell, untouched by any text
+            assert box[0] == grid.cells[0][c][0] and box[1] == row[0][1]  # columns and rows in line
+            assert c == 0 or box[0] > row[c - 1][0] + w  # apart, left to right
+            assert r == 0 or box[1] > grid.cells[r - 1][c][1] + h  # and top to bottom
+    x, y, w, h = grid.input
+    assert x + w < grid.cells[0][0][0] and y == grid.cells[0][0][1]  # the original first, in the first row
+    assert np.array_equal(picture[y : y + h, x : x + w], fit_cell(photo, size))
+    labels = [grid.header, grid.input_label, *grid.column_labels, *grid.row_labels]
+    assert all(_inside(box, picture.shape) for box in labels)
+    assert not (_mask(picture.shape, labels) & _mask(picture.shape, [*boxes, grid.input])).any()  # bands and cells apart
+    ink = _ink(picture)
+    assert not (ink & ~_mask(picture.shape, [*labels, *boxes, grid.input])).any(), "text drawn outside its band"
+    for box in labels:
+        assert ink[_mask(picture.shape, [box])].any(), f"no text in the label at {box}"
+
+
+def test_the_text_is_sized_from_the_cell_so_small_and_large_grids_read_alike() -> None:
+    photo = _photo(120, 180)
+    small = draw_grid(photo, _solid_cells(photo, 2, 2), rows=["a", "b"], columns=["gradcam", "hirescam"], header="cat  p=0.50")
+    large = draw_grid(photo, _solid_cells(photo, 6, 8), rows=list("abcdef"), columns=["gradcam", *"bcdefgh"], header="cat  p=0.50")
+
+    def text_height(grid, box) -> int:
+        x, y, w, h = box
+        return int(_ink(grid.picture[y : y + h, x : x + w]).any(axis=1).sum())
+
+    assert text_height(small, small.column_labels[0]) == text_height(large, large.column_labels[0]) >= 11
+    assert text_height(small, small.header) == text_height(large, large.header) > text_height(small, small.column_labels[0])
+    assert small.cells[0][0][2:] == large.cells[0][0][2:]
+
+
+def test_long_labels_are_cut_with_an_ellipsis_or_wrapped_never_past_their_place() -> None:
+    long = "a very long class name, with synonyms, and more synonyms, and still more of them  p=0.99  ·  resnet50"
+    short = fitted(long, 18, 200)
+    assert short.endswith("…") and long.startswith(short[:-1])
+    assert fitted("cat", 18, 200) == "cat"
+    lines = wrapped("encoder.layers.encoder_layer_11.ln_1", 18, 150, most=3)
+    assert "".join(lines) == "encoder.layers.encoder_layer_11.ln_1" and 1 < len(lines) <= 3
+    cut = wrapped("encoder.layers.encoder_layer_11.ln_1", 18, 150, most=1)
+    assert len(cut) == 1 and cut[0].endswith("…")
+    photo = _photo(45, 400)  # wide cells: a row is a slot of half a cell, the row label gets what fits in it
+    grid = draw_grid(photo, _solid_cells(photo, 2, 2), rows=["x." * 60, "y"], columns=["m" * 80, "gradcam"], header=long * 3)
+    ink = _ink(grid.picture)
+    labels = [grid.header, grid.input_label, *grid.column_labels, *grid.row_labels]
+    assert not (ink & ~_mask(ink.shape, [*labels, *[b for row in grid.cells for b in row], grid.input])).any()
+
+
+def test_the_grid_refuses_cells_that_do_not_match_the_labels_or_the_photo() -> None:
+    photo = _photo(20, 30)
+    with pytest.raises(ValueError, match="rows of"):
+        draw_grid(photo, _solid_cells(photo, 2, 2), rows=["a"], columns=["m", "n"], header="")
+    with pytest.raises(ValueError, match="shape"):
+        draw_grid(photo, [[_photo(21, 30)]], rows=["a"], columns=["m"], header="")
+
+
+# ---------------------------------------------------------------- stages
+
+
+def test_stages_of_a_timm_model_come_from_its_feature_info() -> None:
+    from gradcam_cli.layers.stages import stage_paths
+    from gradcam_cli.model.timm_hub import TIMM
+
+    assert stage_paths(shared_timm_model("test_resnet"), "test_resnet", TIMM) == ["act1", "layer1", "layer2", "layer3", "layer4"]
+    assert stage_paths(shared_timm_model("test_convnext"), "test_convnext", TIMM) == [f"stages.{i}" for i in range(4)]
+
+
+def test_stages_of_a_vit_are_every_kth_block_ending_at_the_default_layer() -> None:
+    from gradcam_cli.layers.defaults import default_layer_paths
+    from gradcam_cli.layers.paths import resolve_layer
+    from gradcam_cli.layers.stages import stage_paths
+    from gradcam_cli.model.blocks import every_kth
+    from gradcam_cli.model.timm_hub import TIMM
+
+    vit = shared_timm_model("test_vit")  # 6 blocks, one resolution throughout: feature_info says nothing of stages
+    paths = stage_paths(vit, "test_vit", TIMM)
+    assert paths == ["blocks.1.norm1", "blocks.3.norm1", "blocks.5.norm1"]
+    assert paths[-1] == resolve_layer(vit, default_layer_paths(vit, "test_vit", TIMM)[0]).name
+    assert [len(every_kth(n)) for n in (2, 6, 8, 12, 24, 32)] == [2, 3, 4, 4, 4, 4] and every_kth(12)[-1] == 11
+
+
+def test_stages_of_a_torchvision_model_come_from_the_family_table() -> None:
+    from gradcam_cli.layers.stages import stage_paths
+    from gradcam_cli.model.torchvision_hub import TORCHVISION
+
+    assert stage_paths(tv_resnet18(), "resnet18", TORCHVISION) == ["layer1", "layer2", "layer3", "layer4"]
+
+
+def test_a_model_no_hub_knows_gets_the_probe_forward_rule() -> None:
+    from gradcam_cli.layers.stages import stage_paths
+
+    assert stage_paths(SmallCnn().eval()) == ["act1", "act2"]  # 16x16 after conv1, 8x8 after conv2
+
+
+def test_a_feature_info_name_that_is_no_module_is_left_out_with_a_notice() -> None:
+    import copy
+
+    from gradcam_cli.layers.stages import stage_paths
+    from gradcam_cli.model.timm_hub import TIMM
+
+    model = copy.deepcopy(shared_timm_model("test_resnet"))
+    model.feature_info = [*model.feature_info[:2], {"module": "block.2", "reduction": 8}, *model.feature_info[2:]]
+    said: list[str] = []
+    assert stage_paths(model, "test_resnet", TIMM, notice=said.append) == ["act1", "layer1", "layer2", "layer3", "layer4"]
+    assert len(said) == 1 and "block.2" in said[0]
+
+
+# ---------------------------------------------------------------- the command
+
+
+def _cli(*args: object) -> CliResult:
+    """`gradcam ARGS` in this process, for module-scoped fixtures (conftest's run_cli is per test)."""
+    from gradcam_cli.cli.app import main
+    from gradcam_cli.cli.console import Streams
+
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        main([str(a) for a in args], streams=Streams(io.StringIO(), out, err))
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[CliResult, Path]:
+    """One comparison of the shipped star with the example model: 2 layers x 2 methods, and a missing image."""
+    import torch
+
+    out = tmp_path_factory.mktemp("compare")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = _cli(
+            "compare", STAR, out / "missing.jpg", *MODEL, "--methods", "gradcam,gradcam++", "--layers", "layer3,layer4", "-o", out, "--json"
+        )
+    finally:
+        torch.set_num_threads(threads)
+    return result, out
+
+
+def test_compare_writes_one_grid_and_one_record_per_image(compared) -> None:
+    result, out = compared
+    assert result.code == 1  # the missing image failed; the star was done
+    good, bad = result.records()
+    assert good["ok"] and good["input"] == str(STAR) and good["class_name"] == "star" and 0 < good["probability"] <= 1
+    assert good["rows"] == ["layer3", "layer4"] and good["columns"] == ["gradcam", "gradcam++"]
+    assert Path(good["output"]).name == "star_1_compare.png" and Path(good["output"]).is_relative_to(out)
+    assert [(c["row"], c["col"], c["layer"], c["method"]) for c in good["cells"]] == [
+        (0, 0, "layer3", "gradcam"), (0, 1, "layer3", "gradcam++"), (1, 0, "layer4", "gradcam"), (1, 1, "layer4", "gradcam++"),
+    ]  # fmt: skip
+    assert not bad["ok"] and "missing.jpg" in bad["error"] and not bad["cells"]
+    errors = [line for line in result.stderr.splitlines() if "missing.jpg" in line]
+    assert len(errors) == 1 and errors[0].startswith("gradcam: ")  # as explain says a failed image beside its record
+    photo = np.asarray(Image.open(STAR).convert("RGB"))
+    written = np.asarray(Image.open(good["output"]))
+    dry = draw_grid(photo, [[photo] * 2] * 2, rows=good["rows"], columns=good["columns"], header="")
+    assert written.shape == dry.picture.shape  # the size the grid's layout gives
+    assert [c["box"] for c in good["cells"]] == [list(box) for row in dry.cells for box in row]
+    assert all(c["box"][2:] == list(cell_size(photo.shape[:2])) for c in good["cells"])
+    x, y, w, h = dry.input
+    assert np.array_equal(written[y : y + h, x : x + w], fit_cell(photo, (w, h)))  # the original in the first cell
+    ink = _ink(written)
+    for box in [dry.header, dry.input_label, *dry.column_labels, *dry.row_labels]:
+        assert ink[box[1] : box[1] + box[3], box[0] : box[0] + box[2]].any(), f"a label is missing at {box}"
+
+
+def test_each_cell_is_the_overlay_explain_gives_for_its_method_and_layer(compared) -> None:
+    import gradcam_cli
+
+    result, _ = compared
+    record = result.records()[0]
+    written = np.asarray(Image.open(record["output"])).astype(int)
+    model = gradcam_cli.load_model("test_resnet", weights=MODEL[4], labels=MODEL[6], pretrained=False, device="cpu")
+    centres = []
+    for cell in record["cells"]:
+        x, y, w, h = cell["box"]
+        overlay = np.asarray(gradcam_cli.explain(STAR, model, layers=cell["layer"], method=cell["method"]).overlay)
+        expected = fit_cell(overlay, (w, h)).astype(int)
+        cy, cx = h // 2, w // 2
+        patch = (slice(cy - 4, cy + 5), slice(cx - 4, cx + 5))  # 9 x 9 pixels at the cell's centre
+        assert np.abs(written[y : y + h, x : x + w][patch] - expected[patch]).max() <= TOLERANCE, cell
+        assert np.abs(written[y : y + h, x : x + w] - expected).mean() < 0.5, cell  # and the whole cell, on average
+        centres.append(expected)
+    differ = [np.abs(a - b).mean() for i, a in enumerate(centres) for b in centres[i + 1 :]]
+    assert min(differ) > 1  # any two cells differ by more than the mean allowed above: a swapped cell would fail
+
+
+@pytest.mark.parametrize("model, expected", [
+    ("test_resnet", ["act1", "layer1", "layer2", "layer3", "layer4"]),
+    ("torchvision:resnet18", ["layer1", "layer2", "layer3", "layer4"]),
+])  # fmt: skip
+def test_layers_stages_gives_one_row_per_stage(run_cli, tmp_path: Path, model: str, expected: list[str]) -> None:
+    result = run_cli("compare", STAR, "-m", model, "--no-pretrained", "--layers", "stages", "-o", tmp_path / "o", "--json")
+    assert result.code == 0, result.stderr
+    (record,) = result.records()
+    assert record["rows"] == expected and record["columns"] == ["gradcam"]
+    assert [cell["layer"] for cell in record["cells"]] == expected
+    assert Image.open(record["output"]).size[1] > len(expected) * cell_size((260, 400))[1]
+
+
+def test_human_lines_without_json(run_cli, tmp_path: Path) -> None:
+    result = run_cli("compare", STAR, *MODEL, "--layers", "layer4", "--methods", "gradcam", "-o", tmp_path / "o", "--no-json")
+    assert result.code == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    assert line.startswith(f"✓ {STAR} → ") and "star_1_compare.png  class 3 star p=" in line and "1x1 (layers x methods)" in line
+    assert "compared 1 of 1 images" in result.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--methods", "gradcam,gradcamm"), "--methods 'gradcamm' is unknown; use some of gradcam, hirescam"),
+    (("--methods", "gradcam,"), "--methods '' is unknown"),
+    (("--layers", "layer3,layer9"), "layer 'layer9' not found in test_resnet"),
+    (("--layers", "layer3,,layer4"), "--layers 'layer3,,layer4' has an empty path"),
+    (("--class", "1", "--class", "2"), "a comparison explains one class"),
+])  # fmt: skip
+def test_a_bad_method_or_layer_is_one_line_and_exit_2_before_any_work(run_cli, tmp_path: Path, args, message) -> None:
+    result = run_cli("compare", STAR, "-m", "test_resnet", "--no-pretrained", *args, "-o", tmp_path / "o")
+    assert result.code == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("gradcam: error:")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+    assert result.stdout == "" and not list((tmp_path / "o").rglob("*.png"))
+
+
+def test_a_did_you_mean_for_a_method() -> None:
+    from gradcam_cli.cli.compare import parse_layers, parse_methods
+    from gradcam_cli.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"did you mean 'gradcam\+\+'"):
+        parse_methods("gradcam+")
+    assert parse_methods(" GradCAM , scorecam,gradcam") == ["gradcam", "scorecam"]
+    assert parse_layers("Stages") is None and parse_layers("layer4, layer3,layer4") == ["layer4", "layer3"]
