@@ -54,6 +54,7 @@ class InputSettings:
     recursive: bool = False
     crop: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
+    truth: Path | None = None  # a `path,class` CSV file; without one, class folders (val/<class>/img.jpg) say the truth
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +67,7 @@ class OutputSettings:
     save_raw: bool = False
     save_guided: bool = False
     skip_existing: bool = False
+    report: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -239,6 +241,16 @@ OPTIONS: tuple[Option, ...] = (
            help="Skip images whose outputs are all there already (resume an interrupted run).",
            doc="skip images whose outputs are all there already, e.g. to finish an interrupted run (they get a record with "
                '`"skipped": true`)'),
+    Option(name="truth", flags=("--truth",), kind=Path, default=None, group="inputs", metavar="FILE.csv", path=True,
+           help="Ground truth as `path,class` rows; without it, an image's folder named after a class (val/<class>/x.jpg) is its truth.",
+           doc="ground truth, a CSV file of `path,class` rows (class by name or index; relative paths from the file's folder "
+               "or the current one; a bare file name matches when unique). Without it, an image in a folder named after one "
+               "of the model's classes (`val/<class name>/img.jpg`, the ImageFolder layout; ImageNet's `n01440764` ids too) "
+               "has that class as its truth. Records then carry `true_class`, `true_index` and `correct`"),
+    Option(name="report", flags=("--report",), kind=bool, default=False, group="outputs",
+           help="At the end (also after Ctrl-C), build the HTML report of the output folder (as `gradcam report DIR`).",
+           doc="at the end of the run, also when it is interrupted, build `DIR/report/index.html` from the output folder's "
+               "records, as `gradcam report DIR` does"),
     Option(name="max_pixels", flags=("--max-pixels",), kind=int, default=DEFAULT_MAX_PIXELS, group="inputs", metavar="N",
            minimum=0, minimum_meaning=" (0 turns the decompression-bomb guard off)",
            help="Refuse images with more pixels than this (decompression bombs); 0 = no limit.",

@@ -91,6 +91,18 @@ def write_image(path: Path, width: int = 96, height: int = 64, seed: int = 0, mo
     return path
 
 
+RUN_FILES = ("records.jsonl", "runs.jsonl")  # what every explain run adds to its output folder beside the pictures
+
+
+def is_run_file(path: Path | str) -> bool:
+    return Path(path).name in RUN_FILES
+
+
+def pictures_in(folder: Path) -> list[Path]:
+    """The files a run wrote below `folder`, its records and runs files left out: its pictures and maps."""
+    return sorted(p for p in folder.rglob("*") if p.is_file() and not is_run_file(p))
+
+
 @pytest.fixture
 def image_dir(tmp_path: Path) -> Path:
     """Three readable images of different sizes in a folder (one in a sub-folder)."""

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("maps from tensors", {"cams.augment", "cams.engine"}),
     ("a prepared run", {"run.prepare"}),
     ("files", {"inputs", "inputs.*", "outputs", "outputs.*"}),
+    ("the report", {"report", "report.*"}),
     ("the Python API", {"api"}),
     ("the engine", {"run", "run.*"}),
     ("the command line", {"cli", "cli.*", "__main__", "__init__"}),

@@ -509,7 +509,8 @@ def test_a_rerun_into_the_input_folder_skips_its_own_overlays(run_cli, tmp_path,
     assert first.code == second.code == 0
     names = sorted(Path(r["input"]).name for r in second.records())
     assert names == ["a.png", "photo.v2.png"]
-    assert sorted(p.name for p in folder.iterdir()) == ["a.png", "a.png.gradcam.png", "photo.v2.png", "photo.v2.png.gradcam.png"]
+    pictures = ["a.png", "a.png.gradcam.png", "photo.v2.png", "photo.v2.png.gradcam.png"]
+    assert sorted(p.name for p in folder.iterdir()) == [*pictures, "records.jsonl", "runs.jsonl"]
 
 
 # ---------------------------------------------------------------- image kinds

@@ -17,12 +17,12 @@ def _commands() -> dict:
     return typer.main.get_command(app).commands  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("command", ["explain", "layers", "methods"])
+@pytest.mark.parametrize("command", ["explain", "layers", "methods", "report", "compare"])
 def test_every_command_is_in_the_readme(command: str) -> None:
     assert f"gradcam {command}" in README
 
 
-@pytest.mark.parametrize("command", ["explain", "layers"])
+@pytest.mark.parametrize("command", ["explain", "layers", "report", "compare"])
 def test_every_option_is_in_the_readme(command: str) -> None:
     missing = []
     for param in _commands()[command].params:

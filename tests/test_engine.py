@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import gradcam_cli
-from conftest import left_as_found, seeded, shared_timm_model, timm_model, write_image
+from conftest import pictures_in, left_as_found, seeded, shared_timm_model, timm_model, write_image
 from gradcam_cli.run.pipeline import Explainer
 from gradcam_cli.settings import build_settings
 from gradcam_cli.inputs.sources import Source
@@ -81,7 +81,7 @@ def test_worker_count_does_not_change_a_byte(run_cli, tmp_path) -> None:
             "--save-raw",
         )
         assert result.code == 0, result.stderr
-        outputs[workers] = {p.name: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+        outputs[workers] = {p.name: p.read_bytes() for p in pictures_in(out)}
     assert outputs[1] == outputs[4] and len(outputs[1]) == 12
 
 

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import write_image
+from conftest import pictures_in, write_image
 
 TINY = ("-m", "test_resnet", "--no-pretrained", "--json")
 SUMMARY = re.compile(r"explained (\d+) of (\d+) images(?:, (\d+) failed)?")
@@ -380,8 +380,8 @@ def test_names_that_are_not_utf8_give_valid_utf8_json(tmp_path, one_thread):
         line.decode("utf-8")  # strict: every line is valid UTF-8
     (record,) = _lines(done.stdout)
     assert record["input"].endswith("caf\\xe9 \\xff.png") and record["ok"]
-    written = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
-    assert [os.fsencode(p.name) for p in written] == [name + b".gradcam.png"]
+    assert [os.fsencode(p.name) for p in pictures_in(tmp_path / "out")] == [name + b".gradcam.png"]
+    assert (tmp_path / "out" / "records.jsonl").read_bytes() == done.stdout, "the records file is as valid as stdout"
 
 
 def test_skip_existing_with_an_output_name_too_long_is_an_error_record(run_cli, tmp_path, one_thread):

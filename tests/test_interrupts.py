@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import write_image
+from conftest import is_run_file, pictures_in, write_image
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,7 +51,7 @@ def _explain(folder: Path, out: Path, *extra: str) -> subprocess.Popen:
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
     """Every file below the folder (outputs mirror the inputs' sub-folders) by its path there."""
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and not is_run_file(p)}
 
 
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
@@ -176,7 +176,7 @@ def test_a_full_disk_stops_the_run_with_one_message(run_cli, tmp_path, monkeypat
     assert "Traceback" not in result.stderr
     records = result.records()
     assert len(records) == 3 and all(r["ok"] for r in records), "the images written before are reported"
-    assert sorted(p.name for p in out.rglob("*") if p.is_file()) == sorted(Path(p).name for p in writes)
+    assert sorted(p.name for p in pictures_in(out)) == sorted(Path(p).name for p in writes)
     assert _snapshot(folder) == inputs
 
 

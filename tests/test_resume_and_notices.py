@@ -11,7 +11,7 @@ from pathlib import Path, PurePath
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, write_image
+from conftest import EXAMPLES, pictures_in, write_image
 
 SHAPES = (
     "-m",
@@ -104,7 +104,7 @@ def test_each_target_has_its_own_blank_flag():
 
 
 def _outputs(out: Path) -> dict[str, Path]:
-    return {p.name: p for p in out.rglob("*") if p.is_file()}
+    return {p.name: p for p in pictures_in(out)}
 
 
 @pytest.mark.parametrize("damage", ["zero-byte png", "truncated png", "missing npy", "truncated npy"])

@@ -8,6 +8,7 @@ humans (progress, warnings, errors) to stderr, through the `Streams` given to
 from __future__ import annotations
 
 import difflib
+from dataclasses import replace
 import os
 import sys
 from typing import Annotated, Any
@@ -16,8 +17,10 @@ import typer
 
 from gradcam_cli import __version__
 from gradcam_cli.cli.console import StdoutClosed, Streams, write_line
+from gradcam_cli.cli.compare import compare
 from gradcam_cli.cli.explain import command_streams, explain
 from gradcam_cli.cli.inspect import layers, methods
+from gradcam_cli.cli.report import report
 from gradcam_cli.cli.signals import interrupted
 from gradcam_cli.errors import ExitCode, GradcamError, Interrupted
 from gradcam_cli.settings import as_flag
@@ -49,8 +52,10 @@ def root(
 
 
 app.command(no_args_is_help=True)(explain)
+app.command(no_args_is_help=True)(compare)
 app.command(no_args_is_help=True)(layers)
 app.command()(methods)
+app.command(no_args_is_help=True)(report)
 
 
 # --------------------------------------------------------------------- main
@@ -113,7 +118,7 @@ def _stdout_gone() -> int:
 def main(argv: list[str] | None = None, streams: Streams | None = None) -> None:
     """Entry point: run the app, map every outcome to one exit code; errors are one line on `streams.stderr`."""
     args = list(sys.argv[1:] if argv is None else argv)
-    streams = streams or Streams.current()
+    streams = replace(streams or Streams.current(), command=("gradcam", *args))
     stderr = streams.stderr
     debug = "--debug" in args
     command = typer.main.get_command(app)

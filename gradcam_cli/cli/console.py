@@ -29,6 +29,7 @@ class Streams:
     stderr: TextIO
     stdout_is_terminal: bool | None = None
     stderr_is_terminal: bool | None = None
+    command: tuple[str, ...] = ()  # the words the command was started with, for the run's own record (runs.jsonl)
 
     @staticmethod
     def current() -> Streams:
@@ -75,7 +76,8 @@ def human_line(record: Any) -> str:
         return f"✗ {error}" if _names_input(error, record.input) else f"✗ {record.input}: {error}"
     name = f" {record.class_name}" if record.class_name else ""
     probability = f" p={record.probability:.3f}" if record.probability is not None else ""
-    return f"✓ {record.input} → {', '.join(record.outputs)}  class {record.class_index}{name}{probability}{_blank_note(record)}"
+    truth = f"  (wrong: it is {record.true_class})" if record.correct is False else ""
+    return f"✓ {record.input} → {', '.join(record.outputs)}  class {record.class_index}{name}{probability}{truth}{_blank_note(record)}"
 
 
 def _blank_note(record: Any) -> str:

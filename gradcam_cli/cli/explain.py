@@ -8,19 +8,19 @@ requests, and the records go to the console as they come.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from gradcam_cli.cli.console import Reporter, Streams, progress_line
+from gradcam_cli.cli.options import parameter
 from gradcam_cli.cli.signals import StopRequests
 from gradcam_cli.errors import ExitCode, GradcamError, UsageError, printable
-from gradcam_cli.settings import OPTIONS, ExplainSettings, Option, build_settings
+from gradcam_cli.settings import OPTIONS, ExplainSettings, build_settings
 
 CLI_ONLY = ("inputs", "json_lines", "config", "quiet")  # how to run, not what: no preset key, not in the settings
 
@@ -40,24 +40,6 @@ def command_streams(ctx: typer.Context) -> Streams:
     return ctx.obj if isinstance(ctx.obj, Streams) else Streams.current()
 
 
-def _parameter(option: Option) -> inspect.Parameter:
-    """One option of the table as typer reads a parameter: its type and its click declaration."""
-    if option.kind is list:
-        kind: Any = list[str] | None
-    elif option.kind in (bool, int, float):
-        kind = option.kind if option.default is not None else option.kind | None
-    else:
-        kind = str | None if option.default is None else str
-    if not option.flags:
-        spec = typer.Argument(help=option.help, show_default=False, metavar=option.metavar)
-    elif option.choices is not None:
-        shown = option.metavar or f"<{'|'.join(option.choices)}>"
-        spec = typer.Option(*option.flags, parser=_choice_parser(option.flag, option.choices), metavar=shown, help=option.help)
-    else:
-        spec = typer.Option(*option.flags, help=option.help, show_default=option.default is not None, metavar=option.metavar or None)
-    return inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=option.default, annotation=Annotated[kind, spec])
-
-
 def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Path | None) -> dict[str, Any]:
     """Command-line values win; a preset fills what was left at its default."""
     if config is None:
@@ -74,34 +56,12 @@ def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Path | None
     return merged
 
 
-class _UnknownChoice(GradcamError):
-    """A flag's value outside its choices. Not a ValueError: click would wrap that in its own "Invalid value" words."""
-
-
-def _unknown_choice(option: str, value: str, names: list[str]) -> GradcamError:
-    close = difflib.get_close_matches(value, names, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return _UnknownChoice(f"{option} '{value}' is unknown; use one of {', '.join(names)}{hint}")
-
-
-def _choice_parser(option: str, names: Any) -> Any:
-    """A parser for a fixed set of values; refuses with one plain line (typer's own says "Value error, ...")."""
-
-    def parse(value: Any) -> str:
-        text = str(getattr(value, "value", value))
-        known = list(names)
-        if text.strip().lower() in known:
-            return text.strip().lower()
-        raise _unknown_choice(option, text, known)
-
-    return parse
-
-
 def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams, json_lines: bool | None, quiet: bool) -> int:
     """Named inputs checked first (no model load when none holds an image), then the run, reported as it goes."""
     from gradcam_cli.inputs.sources import named_files
 
     as_json = (not streams.stdout_tty) if json_lines is None else json_lines
+    _check_truth_file(settings)
     with StopRequests() as stops:  # the signal handling and the progress line cover the model's loading too
         scan = _scan_named(inputs, streams, settings) if "-" not in inputs else None
         if scan is not None and not scan.images:
@@ -120,11 +80,83 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
             for path in named_files(inputs, settings.outputs.output_dir):  # known before any output is written
                 explainer.namer.protect(path)
             sources = _sources(inputs, streams, settings, notice=None if scan else reporter.warn)
-            with stops.deferred():  # while images stream, a signal stops the run at the engine's next checkpoint
-                summary = explainer.run(stops.at_once(sources), reporter.record)
+            summary = _stream(explainer, stops, sources, reporter, streams, quiet)
         finally:
             reporter.close()
     return _finish(summary, settings, streams, quiet)
+
+
+def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporter: Reporter, streams: Streams, quiet: bool) -> Any:
+    """The images explained, each record kept in the output folder's records file as it comes, then shown.
+
+    The runs file gets the run's first line before any image and its last one
+    after, also when the run is stopped; so does the report, with --report.
+    """
+    from gradcam_cli.outputs.naming import ensure_writable
+    from gradcam_cli.outputs.run_files import RunFiles
+    from gradcam_cli.run.summary import Summary
+
+    settings = explainer.settings
+    ensure_writable(settings.outputs.output_dir)
+    files = RunFiles(settings.outputs.output_dir, _run_line(explainer, streams))
+    counted = Summary()  # kept here too: a run that is stopped returns no summary, and its last line still counts
+
+    def emit(record: Any) -> None:
+        files.record(record)  # on disk before stdout, which may be gone (`| head`)
+        counted.count(record)
+        reporter.record(record)
+
+    stopped = True
+    try:
+        with stops.deferred():  # while images stream, a signal stops the run at the engine's next checkpoint
+            summary = explainer.run(stops.at_once(sources), emit)
+        stopped = False
+    finally:
+        files.finish(counted.counts(), interrupted=stopped)
+        if settings.outputs.report:
+            _build_report(settings.outputs.output_dir, reporter, quiet)
+    return summary
+
+
+def _run_line(explainer: Any, streams: Streams) -> dict[str, Any]:
+    """What the runs file says of this run: the command as typed, where, and what explained the images."""
+    import os
+    import shlex
+
+    from gradcam_cli.outputs.run_files import file_sha256
+
+    weights = explainer.settings.model.weights
+    context = explainer.prepared.record_context()
+    return {
+        "command": shlex.join(streams.command) if streams.command else None,
+        "cwd": os.getcwd(),
+        "output_dir": str(explainer.settings.outputs.output_dir),
+        **{key: context[key] for key in ("model", "method", "layers", "device")},
+        "weights": str(weights) if weights else None,
+        "weights_sha256": file_sha256(weights) if weights else None,
+        "pretrained": context["settings"]["pretrained"],
+        "version": context["settings"]["version"],
+    }
+
+
+def _build_report(output_dir: Path, reporter: Reporter, quiet: bool) -> None:
+    """--report: the output folder's report, of what was done; a failure to build it is said, and loses nothing."""
+    from gradcam_cli.report.build import build_report
+
+    try:
+        index = build_report(output_dir, warn=reporter.warn)
+    except (GradcamError, OSError) as error:  # e.g. the disk filled up writing thumbnails
+        reporter.warn(f"no report: {error}")
+        return
+    if not quiet:
+        reporter.warn(f"report: {index}")
+
+
+def _check_truth_file(settings: ExplainSettings) -> None:
+    """A --truth file that is not there fails before the model loads, not after."""
+    truth = settings.inputs.truth
+    if truth is not None and not truth.is_file():
+        raise UsageError(f"⟨truth={truth}⟩: no such file; give a CSV file of `path,class` rows")
 
 
 def _sources(inputs: list[str], streams: Streams, settings: ExplainSettings, notice: Any) -> Iterator[Any]:
@@ -196,8 +228,10 @@ def _finish(summary: Any, settings: ExplainSettings, streams: Streams, quiet: bo
         blank = f", {summary.blank} with a blank map" if summary.blank else ""
         failed = f", {summary.failed} failed" if summary.failed else ""
         skipped = f", {summary.skipped} skipped (outputs exist)" if summary.skipped else ""
+        judged = summary.correct + summary.wrong
+        wrong = f", {summary.wrong} of {judged} with a known class wrong" if judged else ""
         streams.warn(
-            f"explained {summary.done} of {summary.total} images{skipped}{failed}{blank}; overlays in {settings.outputs.output_dir}/"
+            f"explained {summary.done} of {summary.total} images{skipped}{failed}{blank}{wrong}; overlays in {settings.outputs.output_dir}/"
         )
     return ExitCode.SOME_INPUTS_FAILED if summary.failed else ExitCode.OK
 
@@ -205,6 +239,6 @@ def _finish(summary: Any, settings: ExplainSettings, streams: Streams, quiet: bo
 explain.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # what typer reads: the table's options
     [
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        *(_parameter(option) for option in OPTIONS),
+        *(parameter(option) for option in OPTIONS),
     ]
 )

@@ -21,3 +21,18 @@ def read_labels(path: Path) -> list[str]:
     if not lines:
         raise UsageError(f"⟨labels={path}⟩ is empty; write one class name per line")
     return [line.strip() for line in lines]
+
+
+def class_aliases(class_names: list[str] | None) -> list[str] | None:
+    """Other names of the classes that datasets' folders use: ImageNet's WordNet ids (`n02123045`), when the
+    classes are ImageNet's (ImageNet's own folder layout names each class folder by its id)."""
+    if not class_names:
+        return None
+    from timm.data import ImageNetInfo  # the synsets ship with timm, beside the descriptions the timm hub names classes by
+
+    for subset in ("imagenet-1k", "imagenet-22k"):
+        info = ImageNetInfo(subset)
+        first = info.index_to_description(0).split(",")[0]  # timm's "tench, Tinca tinca", torchvision's "tench"
+        if info.num_classes() == len(class_names) and class_names[0].split(",")[0].strip() == first:
+            return [str(name) for name in info.label_names()]
+    return None

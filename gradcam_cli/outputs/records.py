@@ -9,7 +9,7 @@ any JSON reader accepts.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 
@@ -65,6 +65,9 @@ class ImageRecord:
     score: float | None = None
     probability: float | None = None
     blank: bool | None = None
+    true_class: str | None = None  # ground truth (the folder layout or --truth), when known
+    true_index: int | None = None  # its index among the model's classes, when the model has it
+    correct: bool | None = None  # the model's top class is the true one; None when the truth is not known
     skipped: bool = False  # --skip-existing: its outputs were there already, nothing was computed
     outputs: list[str] = field(default_factory=list)
     targets: list[TargetRecord] = field(default_factory=list)
@@ -72,7 +75,14 @@ class ImageRecord:
     settings: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _utf8_fields(self, ("input", "error", "model", "class_name", "outputs", "layers"))
+        _utf8_fields(self, ("input", "error", "model", "class_name", "true_class", "outputs", "layers"))
+
+    def with_truth(self, name: str, index: int | None) -> ImageRecord:
+        """This record, told the input's true class: right when the model's top class is it (a failed or
+        skipped image is neither right nor wrong)."""
+        top = self.topk[0]["index"] if self.topk else None
+        correct = (top == index) if self.ok and top is not None else None
+        return replace(self, true_class=name, true_index=index, correct=correct)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, allow_nan=False)

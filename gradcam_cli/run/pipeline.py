@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import PurePath
+from pathlib import Path, PurePath
 
 import torch
 
@@ -21,7 +21,9 @@ from gradcam_cli.errors import InputError, OutputError
 from gradcam_cli.geometry import plan_geometry, to_input_array
 from gradcam_cli.inputs.decode import load_image
 from gradcam_cli.inputs.sources import Source
+from gradcam_cli.inputs.truth import load_ground_truth
 from gradcam_cli.maps import CamBatch, ProgressFn
+from gradcam_cli.model.labels import class_aliases
 from gradcam_cli.outputs.naming import OutputNamer, ensure_writable
 from gradcam_cli.outputs.records import ImageRecord
 from gradcam_cli.outputs.writer import ResultWriter
@@ -51,6 +53,8 @@ class Explainer:
         self.checkpoint = checkpoint  # raises when the run is asked to stop (Ctrl-C); called between images
         self.prepared: PreparedRun = prepare_run(settings, warn=self.warn, progress=progress, checkpoint=checkpoint)
         self.namer = _namer(self.prepared)
+        names = self.prepared.loaded.class_names
+        self.truth = load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn)
         self.workers = settings.run.workers or default_workers(self.prepared.device.type)
         self.batcher = Batcher(self.compute, settings.run.batch_size, self.prepared.device, self.warn)  # compute: the seam tests replace
         outputs = settings.outputs
@@ -93,6 +97,7 @@ class Explainer:
         summary = Summary()
 
         def report(record: ImageRecord) -> None:
+            record = self._told_truth(record)
             summary.count(record)
             emit(record)
 
@@ -118,6 +123,11 @@ class Explainer:
             raise
         pool.shutdown(wait=True)
         return summary
+
+    def _told_truth(self, record: ImageRecord) -> ImageRecord:
+        """The record with the input's true class, when the folder layout or the truth file says it."""
+        truth = self.truth.of(Path(record.input))
+        return record.with_truth(truth.name, truth.index) if truth is not None else record
 
     def _named(self, sources: Iterable[Source]) -> Iterator[tuple[Source, PurePath]]:
         """Each input with its output name, claimed here in input order (the worker threads run out of order).

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from gradcam_cli.outputs.records import ImageRecord
 
@@ -13,6 +13,8 @@ class Summary:
     failed: int = 0
     blank: int = 0
     skipped: int = 0  # --skip-existing: all outputs were there already
+    correct: int = 0  # ground truth known and the model's top class is it
+    wrong: int = 0
 
     @property
     def total(self) -> int:
@@ -25,3 +27,9 @@ class Summary:
             self.done += record.ok
             self.failed += not record.ok
         self.blank += any(target.blank for target in record.targets)
+        self.correct += record.correct is True
+        self.wrong += record.correct is False
+
+    def counts(self) -> dict[str, int]:
+        """The counts as the runs file keeps them."""
+        return {"total": self.total, **asdict(self)}

@@ -1,0 +1,89 @@
+"""The files a run leaves in its output folder besides the pictures: its records, and what the run was.
+
+`records.jsonl` holds the same JSON line per image as stdout, so no one has
+to redirect stdout to build a report later; `runs.jsonl` holds one line when
+a run starts (the command, the model, its weights and their SHA-256) and one
+when it ends (the counts, whether it was interrupted). Both are appended to,
+a line at a time, flushed as written: a run that is killed keeps every line it
+wrote, a resumed run adds its own, and the runs of several processes (shards)
+into one folder each add theirs. `gradcam report` merges them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gradcam_cli.outputs.records import ImageRecord
+
+RECORDS_FILE = "records.jsonl"
+RUNS_FILE = "runs.jsonl"
+HASH_CHUNK = 1 << 20
+
+
+def now() -> str:
+    """The time as records give it: UTC, ISO 8601, to the second."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def file_sha256(path: Path) -> str | None:
+    """The SHA-256 of a file (a weights file, so a report says exactly which weights made it); None if unreadable."""
+    digest = hashlib.sha256()
+    try:
+        with path.open("rb") as handle:
+            while chunk := handle.read(HASH_CHUNK):
+                digest.update(chunk)
+    except OSError:
+        return None
+    return digest.hexdigest()
+
+
+class LineFile:
+    """A JSON Lines file appended to, one whole line per write() call, flushed at once.
+
+    Opened with O_APPEND, so lines written by several processes into one file
+    never interleave within a line.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+
+    def write(self, line: str) -> None:
+        data = (line.rstrip("\n") + "\n").encode("utf-8", "surrogateescape")
+        with self._lock:
+            if self._fd is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            os.write(self._fd, data)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+
+class RunFiles:
+    """One run's records file and its two lines in the runs file."""
+
+    def __init__(self, output_dir: Path, run: dict[str, Any]) -> None:
+        self.records = LineFile(output_dir / RECORDS_FILE)
+        self.runs = LineFile(output_dir / RUNS_FILE)
+        self.id = f"{now()}-{os.getpid()}"
+        self.runs.write(json.dumps({"id": self.id, "started": now(), **run}, ensure_ascii=False))
+
+    def record(self, record: ImageRecord) -> None:
+        self.records.write(record.to_json())
+
+    def finish(self, counts: dict[str, int], interrupted: bool) -> None:
+        """The run's last line: when it ended, what it did, whether it was stopped before the end."""
+        self.runs.write(json.dumps({"id": self.id, "finished": now(), "interrupted": interrupted, "counts": counts}))
+        self.records.close()
+        self.runs.close()

@@ -1,0 +1,53 @@
+"""`gradcam report OUT_DIR [RECORDS...]` and `explain --report`: records → cards with thumbnails → one page.
+
+The page goes to `OUT_DIR/report/`: index.html and its scripts, data.js, and
+thumbs/. It links the full-size pictures where they are, relative to itself,
+so the folder can be moved as a whole (output folder and inputs together).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from gradcam_cli import __version__
+from gradcam_cli.outputs.run_files import now
+from gradcam_cli.report.cards import header, locator, place_files, record_cards, set_thumbs
+from gradcam_cli.report.collect import Warn, collect
+from gradcam_cli.report.page import write_page
+from gradcam_cli.report.thumbs import make_thumbs
+
+REPORT_FOLDER = "report"
+
+
+def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn = lambda _m: None, workers: int = 0) -> Path:
+    """Build the report of an output folder (and of the named records files); return its index.html."""
+    collected = collect(output_dir, record_paths, warn)
+    report_dir = output_dir / REPORT_FOLDER
+    locate = locator(collected.bases)
+    cards = [card for record in collected.records for card in record_cards(record)]
+    places = [place_files(card, locate, report_dir) for card in cards]
+    _thumbnails(report_dir, cards, places, workers or min(8, os.cpu_count() or 1))
+    missing = sum(1 for card in cards if card["ok"] and not card["thumb"] and not card["overlay_thumb"])
+    if missing:
+        warn(f"{missing} card(s) have no picture: their files are not where the records say (run the report where the run ran)")
+    for number, card in enumerate(cards):
+        card["id"] = number
+    data: dict[str, Any] = {"header": header(cards, collected.runs, now(), __version__), "cards": cards}
+    return write_page(report_dir, data)
+
+
+def _thumbnails(report_dir: Path, cards: list[dict[str, Any]], places: list[tuple[Path | None, Path | None]], workers: int) -> None:
+    """Photos first (one thumbnail per photo, shared by its cards), then each overlay fitted to its photo's."""
+    photos = list(dict.fromkeys(photo for photo, _ in places if photo is not None))
+    photo_thumbs = dict(zip(photos, make_thumbs(report_dir, ((photo, "", None) for photo in photos), workers)))
+    overlay_jobs = []
+    for photo, overlay in places:
+        if overlay is not None:
+            box = photo_thumbs.get(photo) if photo is not None else None
+            overlay_jobs.append((overlay, "o", (box.width, box.height) if box else None))
+    overlay_thumbs = dict(zip((job[0] for job in overlay_jobs), make_thumbs(report_dir, overlay_jobs, workers)))
+    for card, (photo, overlay) in zip(cards, places):
+        set_thumbs(card, photo_thumbs.get(photo) if photo else None, overlay_thumbs.get(overlay) if overlay else None)

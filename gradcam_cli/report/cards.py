@@ -1,0 +1,135 @@
+"""Records → the page's cards (one per image and explained class) and its header, in report/page.py's schema."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path, PurePath
+from typing import Any
+from urllib.parse import quote
+
+from gradcam_cli.report.thumbs import Thumb
+
+Locate = Callable[[str | None], Path | None]
+
+
+def locator(bases: list[Path]) -> Locate:
+    """A record's path → the file it names: as it is, else from each folder a run started in; None if none exists."""
+
+    def locate(text: str | None) -> Path | None:
+        if not text:
+            return None
+        path = Path(text)
+        for candidate in [path] if path.is_absolute() else [base / path for base in bases]:
+            if candidate.is_file():
+                return candidate
+        return None
+
+    return locate
+
+
+def link(path: Path | None, report_dir: Path) -> str | None:
+    """A file as the page links it: relative to the report folder, percent-encoded (`#`, `?`, spaces in names)."""
+    if path is None:
+        return None
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(report_dir))
+    return quote(PurePath(relative).as_posix(), safe="/")
+
+
+def _predicted(record: dict[str, Any]) -> tuple[dict[str, Any] | None, float | None]:
+    """The model's top class and its margin over the second."""
+    topk = record.get("topk") or []
+    if not topk:
+        return None, None
+    second = topk[1]["probability"] if len(topk) > 1 else 0.0
+    return topk[0], round(float(topk[0]["probability"]) - float(second), 6)
+
+
+def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cards of one record, paths not yet located: one per explained class; a failed or skipped image: one."""
+    top, margin = _predicted(record)
+    common = {
+        "input": record["input"],
+        "name": PurePath(record["input"]).name,
+        "ok": bool(record.get("ok")),
+        "error": record.get("error"),
+        "skipped": bool(record.get("skipped")),
+        "predicted": top.get("name") if top else None,
+        "predicted_index": top.get("index") if top else None,
+        "margin": margin,
+        "topk": record.get("topk") or [],
+        "true_class": record.get("true_class"),
+        "correct": record.get("correct"),
+        "method": record.get("method"),
+        "layers": record.get("layers") or [],
+        "model": record.get("model"),
+    }
+    targets = record.get("targets") or []
+    if not targets:
+        overlay = (record.get("outputs") or [None])[0]
+        return [{**common, "class_index": None, "class_name": None, "probability": None, "blank": False, "_overlay": overlay, "_npy": None}]
+    return [
+        {
+            **common,
+            "class_index": target.get("class_index"),
+            "class_name": target.get("class_name"),
+            "probability": target.get("probability"),
+            "blank": bool(target.get("blank")),
+            "metrics": {**(record.get("metrics") or {}), **(target.get("metrics") or {})},
+            "_overlay": target.get("overlay"),
+            "_npy": target.get("raw"),
+        }
+        for target in targets
+    ]
+
+
+def place_files(card: dict[str, Any], locate: Locate, report_dir: Path) -> tuple[Path | None, Path | None]:
+    """The card's links to its full-size files; returns the photo and the overlay to make thumbnails of."""
+    photo, overlay = locate(card["input"]), locate(card.pop("_overlay"))
+    card["original"], card["overlay"] = link(photo, report_dir), link(overlay, report_dir)
+    card["npy"] = link(locate(card.pop("_npy")), report_dir)
+    card.setdefault("metrics", {})
+    return photo, overlay
+
+
+def set_thumbs(card: dict[str, Any], photo: Thumb | None, overlay: Thumb | None) -> None:
+    shape = photo or overlay
+    card["thumb"] = photo.name if photo else None
+    card["overlay_thumb"] = overlay.name if overlay else None
+    card["thumb_w"], card["thumb_h"] = (shape.width, shape.height) if shape else (0, 0)
+
+
+def header(cards: list[dict[str, Any]], runs: list[dict[str, Any]], generated: str, version: str) -> dict[str, Any]:
+    """What the page says on top: the runs (command, model, weights and their SHA-256), what the cards hold, counts."""
+    images = {card["input"] for card in cards}
+    judged = {card["input"]: card["correct"] for card in cards if card["correct"] is not None}
+    metrics = sorted({name for card in cards for name, value in card["metrics"].items() if isinstance(value, (int, float))})
+    return {
+        "generated": generated,
+        "version": version,
+        "runs": [_run(run) for run in runs],
+        "models": _distinct(card["model"] for card in cards),
+        "methods": _distinct(card["method"] for card in cards),
+        "layers": _distinct(layer for card in cards for layer in card["layers"]),
+        "counts": {
+            "images": len(images),
+            "cards": len(cards),
+            "failed": len({card["input"] for card in cards if not card["ok"]}),
+            "blank": sum(card["blank"] for card in cards),
+            "skipped": len({card["input"] for card in cards if card["skipped"]}),
+            "with_truth": len({card["input"] for card in cards if card["true_class"] is not None}),
+            "correct": sum(1 for value in judged.values() if value),
+            "wrong": sum(1 for value in judged.values() if not value),
+        },
+        "has_truth": bool(judged),
+        "metrics": metrics,
+    }
+
+
+def _run(run: dict[str, Any]) -> dict[str, Any]:
+    keys = ("command", "started", "finished", "interrupted", "model", "weights", "weights_sha256", "pretrained", "method", "layers")
+    return {key: run.get(key) for key in (*keys, "version", "device", "counts")}
+
+
+def _distinct(values: Iterable[Any]) -> list[Any]:
+    return [value for value in dict.fromkeys(values) if value is not None]
