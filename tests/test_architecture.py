@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("extraction", {"extract", "extract.*"}),
     ("methods", {"cams", "cams.targets", "cams.methods", "cams.methods.*"}),
     ("maps from tensors", {"cams.augment", "cams.engine"}),
+    ("evaluation", {"evaluate", "evaluate.*"}),
     ("a prepared run", {"run.prepare"}),
     ("files", {"inputs", "inputs.*", "outputs", "outputs.*"}),
     ("the report", {"report", "report.*"}),

@@ -1,0 +1,1 @@
+"""Trust: how faithful a map is to the model, measured, with baselines beside the methods."""
