@@ -91,6 +91,18 @@ def write_image(path: Path, width: int = 96, height: int = 64, seed: int = 0, mo
     return path
 
 
+def cli_command(*args: Any) -> list[str]:
+    """`gradcam ARGS` as its own process: this Python, the package from this checkout (`cli_env`)."""
+    import sys
+
+    return [sys.executable, "-m", "gradcam_cli", *map(str, args)]
+
+
+def cli_env() -> dict[str, str]:
+    """The environment of a `cli_command` process: offline, this checkout first on the import path."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
 RUN_FILES = ("records.jsonl", "runs.jsonl")  # what every explain run adds to its output folder beside the pictures
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import is_run_file, pictures_in, write_image
+from conftest import cli_command, cli_env, is_run_file, pictures_in, write_image
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,26 +27,10 @@ def _folder(tmp_path: Path, count: int) -> Path:
 
 
 def _explain(folder: Path, out: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    command = [
-        sys.executable,
-        "-m",
-        "gradcam_cli",
-        "explain",
-        str(folder),
-        "--model",
-        "test_resnet",
-        "--no-pretrained",
-        "-b",
-        "2",
-        "--workers",
-        "2",
-        "-o",
-        str(out),
-        "--json",
-        *extra,
-    ]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    command = cli_command(
+        "explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", 2, "--workers", 2, "-o", out, "--json", *extra
+    )
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -216,26 +200,13 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path) -> None:
 @pytest.mark.slow
 def test_ctrl_c_stops_a_run_waiting_for_paths_on_stdin(tmp_path) -> None:
     """`producer | gradcam explain -` with a producer that stays quiet: Ctrl-C still stops it at once."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gradcam_cli",
-            "explain",
-            "-",
-            "--model",
-            "test_resnet",
-            "--no-pretrained",
-            "-o",
-            str(tmp_path / "out"),
-            "--json",
-        ],
+        cli_command("explain", "-", "--model", "test_resnet", "--no-pretrained", "-o", tmp_path / "out", "--json"),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=env,
+        env=cli_env(),
     )
     assert process.stderr is not None
     first = process.stderr.readline()  # said when the run starts, just before it reads stdin (left open, empty)

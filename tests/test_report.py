@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, cli_env, cli_command
 
 SHAPES = EXAMPLES / "shapes_images"
 SHAPES_MODEL = ["--model", "test_resnet", "--weights", str(EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors")]
@@ -216,23 +216,8 @@ def test_explain_report_is_built_after_ctrl_c_from_what_was_done(tmp_path):
         for image in SHAPES.glob("*.jpg"):
             (folder / str(copy)).mkdir(parents=True, exist_ok=True)
             shutil.copy(image, folder / str(copy) / image.name)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    command = [
-        sys.executable,
-        "-m",
-        "gradcam_cli",
-        "explain",
-        str(folder),
-        "-r",
-        *SHAPES_MODEL,
-        "-o",
-        "out",
-        "--json",
-        "--report",
-        "-b",
-        "1",
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    command = cli_command("explain", folder, "-r", *SHAPES_MODEL, "-o", "out", "--json", "--report", "-b", 1)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=tmp_path)
     assert process.stdout is not None
     try:
         lines = [process.stdout.readline(), process.stdout.readline()]

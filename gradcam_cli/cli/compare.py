@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gradcam_cli.cli.console import Streams, write_line
+from gradcam_cli.cli.console import NO_IMAGE_FOUND, Streams, names_input, write_line
 from gradcam_cli.cli.explain import command_streams
 from gradcam_cli.cli.options import parameter
 from gradcam_cli.errors import ExitCode, InputError, OutputError, UsageError, printable
@@ -100,7 +100,7 @@ class CompareRecord:
     def human_line(self) -> str:
         if not self.ok:
             error = self.error or "failed"
-            return f"✗ {error}" if error.startswith(self.input) else f"✗ {self.input}: {error}"
+            return f"✗ {error}" if names_input(error, self.input) else f"✗ {self.input}: {error}"
         name = f" {self.class_name}" if self.class_name else ""
         blank = sum(cell["blank"] for cell in self.cells)
         note = f"  ({blank} blank map{'s' if blank > 1 else ''}: no positive evidence there)" if blank else ""
@@ -256,7 +256,7 @@ class _Comparison:
                 self._report(record)
         failed = sum(not record.ok for record in records)
         if not records:
-            self.streams.warn("no image found in the inputs (folders are scanned for image files; add -r to recurse)")
+            self.streams.warn(NO_IMAGE_FOUND)
             return ExitCode.SOME_INPUTS_FAILED
         if not self.quiet:
             where = f"; grids in {self.settings.outputs.output_dir}/" if failed < len(records) else ""

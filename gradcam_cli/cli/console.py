@@ -54,6 +54,9 @@ def _is_terminal(stream: TextIO, told: bool | None) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)()) if told is None else told
 
 
+NO_IMAGE_FOUND = "no image found in the inputs (folders are scanned for image files; add -r to recurse)"
+
+
 class StdoutClosed(Exception):
     """The reader of stdout went away (`| head`). Not an OSError: typer and click turn EPIPE into a bare exit 1."""
 
@@ -73,7 +76,7 @@ def human_line(record: Any) -> str:
         return f"↷ {record.input}: skipped, outputs exist ({', '.join(record.outputs)})"
     if not record.ok:
         error = record.error or "failed"
-        return f"✗ {error}" if _names_input(error, record.input) else f"✗ {record.input}: {error}"
+        return f"✗ {error}" if names_input(error, record.input) else f"✗ {record.input}: {error}"
     name = f" {record.class_name}" if record.class_name else ""
     probability = f" p={record.probability:.3f}" if record.probability is not None else ""
     truth = f"  (wrong: it is {record.true_class})" if record.correct is False else ""
@@ -89,7 +92,7 @@ def _blank_note(record: Any) -> str:
     return f"  (blank map{which}: try another --layer or --class)"
 
 
-def _names_input(error: str, input_path: str) -> bool:
+def names_input(error: str, input_path: str) -> bool:
     """Whether an error message already starts with its input (the engine's do, maybe shortened to `…`)."""
     head = error.split(": ", 1)[0]
     if head == input_path or (head.endswith("…") and input_path.startswith(head[:-1])):

@@ -16,7 +16,7 @@ from typing import Any
 
 import typer
 
-from gradcam_cli.cli.console import Reporter, Streams, progress_line
+from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, progress_line
 from gradcam_cli.cli.options import parameter
 from gradcam_cli.cli.signals import StopRequests
 from gradcam_cli.errors import ExitCode, GradcamError, UsageError, printable
@@ -94,16 +94,13 @@ def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporte
     """
     from gradcam_cli.outputs.naming import ensure_writable
     from gradcam_cli.outputs.run_files import RunFiles
-    from gradcam_cli.run.summary import Summary
 
     settings = explainer.settings
     ensure_writable(settings.outputs.output_dir)
     files = RunFiles(settings.outputs.output_dir, _run_line(explainer, streams))
-    counted = Summary()  # kept here too: a run that is stopped returns no summary, and its last line still counts
 
     def emit(record: Any) -> None:
         files.record(record)  # on disk before stdout, which may be gone (`| head`)
-        counted.count(record)
         reporter.record(record)
 
     stopped = True
@@ -112,7 +109,7 @@ def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporte
             summary = explainer.run(stops.at_once(sources), emit)
         stopped = False
     finally:
-        files.finish(counted.counts(), interrupted=stopped)
+        files.finish(explainer.summary.counts(), interrupted=stopped)  # a stopped run's counts too
         if settings.outputs.report:
             _build_report(settings.outputs.output_dir, reporter, quiet)
     return summary
@@ -126,7 +123,7 @@ def _run_line(explainer: Any, streams: Streams) -> dict[str, Any]:
     from gradcam_cli.outputs.run_files import file_sha256
 
     weights = explainer.settings.model.weights
-    context = explainer.prepared.record_context()
+    context = explainer.writer.context  # what every record repeats, computed once for the run
     return {
         "command": shlex.join(streams.command) if streams.command else None,
         "cwd": os.getcwd(),
@@ -222,7 +219,7 @@ def _nothing_to_explain(scan: _Scan, reporter: Reporter) -> int:
 
 def _finish(summary: Any, settings: ExplainSettings, streams: Streams, quiet: bool) -> int:
     if summary.total == 0:
-        streams.warn("no image found in the inputs (folders are scanned for image files; add -r to recurse)")
+        streams.warn(NO_IMAGE_FOUND)
         return ExitCode.SOME_INPUTS_FAILED
     if not quiet:
         blank = f", {summary.blank} with a blank map" if summary.blank else ""

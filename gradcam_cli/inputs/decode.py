@@ -99,12 +99,14 @@ def open_regular(path: Path) -> io.BufferedReader:
         raise
 
 
-def load_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
+def load_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS, at_least: tuple[int, int] | None = None) -> np.ndarray:
     """An upright 8-bit RGB array (H, W, 3); any failure is an InputError for this image.
 
     The pixel count is read from the header and checked before anything is
     decoded, so a small file that claims a huge image (a decompression bomb)
-    costs nothing. `max_pixels` <= 0 turns the check off.
+    costs nothing. `max_pixels` <= 0 turns the check off. `at_least` (width,
+    height) lets a JPEG decode at 1/2 to 1/8 scale while staying at least that
+    size: a thumbnail needs no more.
     """
     from PIL import Image, ImageOps, UnidentifiedImageError
 
@@ -118,6 +120,8 @@ def load_image(path: Path, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
                     "(a guard against decompression bombs); raise ⟨max_pixels⟩ if you trust this file"
                 )
             image.seek(0)  # animated GIF, multi-page TIFF: the first frame
+            if at_least is not None:
+                image.draft("RGB", at_least)
             upright = ImageOps.exif_transpose(image)
             rgb = _pil_to_rgb(upright if upright is not None else image)
     except FileNotFoundError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gradcam_cli.errors import LayerError
-from gradcam_cli.layers.tree import probe_shapes
+from gradcam_cli.layers.tree import is_spatial, probe_shapes
 from gradcam_cli.model.data_config import default_input_hw
 from gradcam_cli.model.hub import SOURCES
 
@@ -37,7 +37,7 @@ def _last_spatial_module(model: nn.Module) -> str:
     """Fallback: the outermost module that last produced a 4-D map in a probe forward."""
     shapes = probe_shapes(model, default_input_hw(model))
     # forward hooks fire when a module ends, so a stage comes after its last conv
-    spatial = [name for name, shape in shapes.items() if name and len(shape) == 4 and min(shape[-2:]) > 1]
+    spatial = [name for name, shape in shapes.items() if name and is_spatial(shape)]
     if not spatial:
         raise LayerError("no layer of this model outputs a spatial map; name one with ⟨layers⟩")
     return spatial[-1]

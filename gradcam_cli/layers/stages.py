@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gradcam_cli.errors import LayerError
 from gradcam_cli.layers.paths import resolve_layer
-from gradcam_cli.layers.tree import probe_shapes
+from gradcam_cli.layers.tree import is_spatial, probe_shapes
 from gradcam_cli.model.data_config import default_input_hw
 from gradcam_cli.model.hub import SOURCES
 
@@ -74,7 +74,7 @@ def probed_stages(model: nn.Module) -> list[str]:
     is opened into them; of each run of these at one spatial size, the last
     is the stage (a container finishes after its children).
     """
-    sizes = {name: shape[-2:] for name, shape in probe_shapes(model, default_input_hw(model)).items() if _spatial(shape)}
+    sizes = {name: shape[-2:] for name, shape in probe_shapes(model, default_input_hw(model)).items() if is_spatial(shape)}
     order = {name: index for index, name in enumerate(sizes)}
     stages: list[str] = []
     size = None
@@ -85,10 +85,6 @@ def probed_stages(model: nn.Module) -> list[str]:
         else:
             stages[-1] = name
     return stages
-
-
-def _spatial(shape: tuple[int, ...]) -> bool:
-    return len(shape) == 4 and min(shape[-2:]) > 1
 
 
 def _opened(module: nn.Module, prefix: str, sizes: dict, order: dict[str, int]) -> list[str]:

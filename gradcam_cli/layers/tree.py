@@ -34,6 +34,11 @@ def probe_shapes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple
     return shapes
 
 
+def is_spatial(shape: tuple[int, ...]) -> bool:
+    """A map a CAM can show: N×C×H×W with more than one position each way."""
+    return len(shape) == 4 and min(shape[-2:]) > 1
+
+
 @dataclass(frozen=True)
 class LayerRow:
     """One module in `gradcam layers`: where it is, what it outputs, whether it is the default."""

@@ -23,10 +23,13 @@ def read_labels(path: Path) -> list[str]:
     return [line.strip() for line in lines]
 
 
+IMAGENET_CLASSES = 1000  # the smallest of timm's ImageNet subsets (1k; 12k, 21k and 22k are larger)
+
+
 def class_aliases(class_names: list[str] | None) -> list[str] | None:
     """Other names of the classes that datasets' folders use: ImageNet's WordNet ids (`n02123045`), when the
     classes are ImageNet's (ImageNet's own folder layout names each class folder by its id)."""
-    if not class_names:
+    if not class_names or len(class_names) < IMAGENET_CLASSES:  # no ImageNet subset is smaller: skip reading timm's tables
         return None
     from timm.data import ImageNetInfo  # the synsets ship with timm, beside the descriptions the timm hub names classes by
 

@@ -92,7 +92,7 @@ def merge(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
 def read_runs(folders: Iterable[Path]) -> list[dict[str, Any]]:
     """The runs whose records these are, each its start line and end line joined, oldest first."""
     runs: dict[str, dict[str, Any]] = {}
-    for folder in dict.fromkeys(folders):
+    for folder in dict.fromkeys(folder.resolve() for folder in folders):  # the output folder is also a records file's folder
         path = folder / RUNS_FILE
         if not path.is_file():
             continue

@@ -55,6 +55,7 @@ class Explainer:
         self.namer = _namer(self.prepared)
         names = self.prepared.loaded.class_names
         self.truth = load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn)
+        self.summary = Summary()  # the counts of the last run: read them also when it was stopped part way
         self.workers = settings.run.workers or default_workers(self.prepared.device.type)
         self.batcher = Batcher(self.compute, settings.run.batch_size, self.prepared.device, self.warn)  # compute: the seam tests replace
         outputs = settings.outputs
@@ -94,7 +95,7 @@ class Explainer:
         finished, queued work is dropped, and the records of what was written
         still come out before the error goes up.
         """
-        summary = Summary()
+        summary = self.summary = Summary()
 
         def report(record: ImageRecord) -> None:
             record = self._told_truth(record)
