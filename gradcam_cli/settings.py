@@ -289,8 +289,14 @@ def named(option: Option) -> str:
 
 
 def as_flag(name: str, rest: str | None) -> str:
-    """An option mark spelled as the command line's flag: ⟨pretrained=False⟩ → --no-pretrained, ⟨grid=HxW⟩ → --grid HxW."""
-    option = BY_NAME[name]
+    """An option mark spelled as the command line's flag: ⟨pretrained=False⟩ → --no-pretrained, ⟨grid=HxW⟩ → --grid HxW.
+
+    A command's own option, outside the table (eval's ⟨boxes⟩, ⟨steps=0⟩), is its name as a flag: --boxes, --steps 0.
+    """
+    option = BY_NAME.get(name)
+    if option is None:
+        flag = "--" + name.replace("_", "-")
+        return f"{flag} {rest[1:]}" if rest and rest != "~" else flag
     if rest == "~":
         return f"{option.flag} (preset key {option.name})"
     on, _, off = option.flags[0].partition("/")

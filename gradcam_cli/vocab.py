@@ -81,3 +81,23 @@ class LayoutKind(str, Enum):
 def values(enum: type[Enum]) -> list[str]:
     """What the user may type for an enum option, in order."""
     return [str(member.value) for member in enum]
+
+
+class Metric(str, Enum):
+    """What `gradcam eval` measures of each method's maps, in the order its table shows them."""
+
+    deletion = "deletion"
+    insertion = "insertion"
+    drop = "drop"
+    increase = "increase"
+    road = "road"
+    pointing = "pointing"
+    sanity = "sanity"
+
+
+class Substrate(str, Enum):
+    """What deletion writes over the removed pixels and insertion starts from."""
+
+    zero = "zero"  # zeros in the model's normalised input space (torchcam's and RISE's default)
+    blur = "blur"  # the image blurred (RISE's insertion substrate)
+    mean = "mean"  # each channel's mean over the image

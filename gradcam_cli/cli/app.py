@@ -18,6 +18,7 @@ import typer
 from gradcam_cli import __version__
 from gradcam_cli.cli.console import StdoutClosed, Streams, write_line
 from gradcam_cli.cli.compare import compare
+from gradcam_cli.cli.eval import evaluate
 from gradcam_cli.cli.explain import command_streams, explain
 from gradcam_cli.cli.inspect import layers, methods
 from gradcam_cli.cli.report import report
@@ -53,6 +54,7 @@ def root(
 
 app.command(no_args_is_help=True)(explain)
 app.command(no_args_is_help=True)(compare)
+app.command("eval", no_args_is_help=True)(evaluate)
 app.command(no_args_is_help=True)(layers)
 app.command()(methods)
 app.command(no_args_is_help=True)(report)

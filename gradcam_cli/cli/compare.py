@@ -11,22 +11,20 @@ record and the others go on (exit 1).
 
 from __future__ import annotations
 
-import difflib
 import inspect
 import json
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePath
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from gradcam_cli.cli.console import NO_IMAGE_FOUND, Streams, names_input, write_line
 from gradcam_cli.cli.explain import command_streams
-from gradcam_cli.cli.options import parameter
+from gradcam_cli.cli.options import own_option, parameter, parse_methods
 from gradcam_cli.errors import ExitCode, InputError, OutputError, UsageError, printable
 from gradcam_cli.settings import BY_NAME, ExplainSettings, as_flag, build_settings, in_flags
-from gradcam_cli.vocab import Method, values
 
 STAGES = "stages"
 # the table's options that mean the same in a comparison; --method and --layer become --methods and --layers, and
@@ -51,18 +49,6 @@ def compare(ctx: typer.Context, methods: str, layers: str, **given: Any) -> int:
     streams = command_streams(ctx)
     as_json = (not streams.stdout_tty) if json_lines is None else json_lines
     return _Comparison(settings, streams, as_json, quiet).run(inputs, columns, parse_layers(layers))
-
-
-def parse_methods(text: str) -> list[str]:
-    """`gradcam,gradcam++` → the method names, each checked (with the closest name for a typo), each once."""
-    names = [part.strip().lower() for part in text.split(",")]
-    known = values(Method)
-    for name in names:
-        if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise UsageError(f"--methods '{printable(name)}' is unknown; use some of {', '.join(known)}, comma-separated{hint}")
-    return list(dict.fromkeys(names))
 
 
 def parse_layers(text: str) -> list[str] | None:
@@ -272,16 +258,13 @@ def _places(path: Path) -> list[Path]:
         return [path.absolute()]
 
 
-def _own(name: str, flag: str, default: str, metavar: str, help_text: str) -> inspect.Parameter:
-    spec = typer.Option(flag, help=help_text, metavar=metavar, show_default=True)
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[str, spec])
-
-
 compare.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # what typer reads: compare's two, then the table's
     [
         inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        _own("methods", "--methods", "gradcam", "M,M", "Columns: CAM methods, comma-separated (see `gradcam methods`)."),
-        _own("layers", "--layers", STAGES, "PATH,PATH|stages", "Rows: dotted layer paths, comma-separated, or 'stages' for every stage."),
+        own_option("methods", "--methods", "gradcam", "M,M", "Columns: CAM methods, comma-separated (see `gradcam methods`)."),
+        own_option(
+            "layers", "--layers", STAGES, "PATH,PATH|stages", "Rows: dotted layer paths, comma-separated, or 'stages' for every stage."
+        ),
         *(parameter(BY_NAME[name]) for name in TABLE_OPTIONS),
     ]
 )

@@ -13,8 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-from gradcam_cli.errors import GradcamError
+from gradcam_cli.errors import GradcamError, UsageError, printable
 from gradcam_cli.settings import Option
+from gradcam_cli.vocab import Method, values
 
 
 def parameter(option: Option) -> inspect.Parameter:
@@ -56,3 +57,25 @@ def choice_parser(option: str, names: Any) -> Any:
         raise _unknown_choice(option, text, known)
 
     return parse
+
+
+def own_option(name: str, flag: str, default: Any, metavar: str, help_text: str, kind: Any = str) -> inspect.Parameter:
+    """A command's own option, one that is not in the table (compare's --methods, eval's --metrics)."""
+    spec = typer.Option(flag, help=help_text, metavar=metavar, show_default=default is not None)
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[kind, spec])
+
+
+def parse_names(text: str, flag: str, known: list[str]) -> list[str]:
+    """`a, b,a` → the names, lowercased, each checked against `known` (with the closest one for a typo), each once."""
+    names = [part.strip().lower() for part in text.split(",")]
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise UsageError(f"{flag} '{printable(name)}' is unknown; use some of {', '.join(known)}, comma-separated{hint}")
+    return list(dict.fromkeys(names))
+
+
+def parse_methods(text: str) -> list[str]:
+    """`gradcam,gradcam++` → the method names, each checked, each once."""
+    return parse_names(text, "--methods", values(Method))

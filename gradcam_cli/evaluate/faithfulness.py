@@ -10,6 +10,7 @@ not aligned), as the references do.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -18,9 +19,11 @@ from torch import nn
 
 from gradcam_cli.errors import ModelError, UsageError
 from gradcam_cli.model.state import eval_mode, first_tensor
+from gradcam_cli.vocab import Substrate
 
 DEFAULT_STEPS = 20
 EPSILON = 1e-7  # torchcam's guard in the relative drop's division
+BLUR_SIZE, BLUR_SIGMA = 11, 5.0  # RISE's blurred substrate (Petsiuk et al. 2018, its `gkern(11, 5)`)
 
 
 def class_probabilities(model: nn.Module, x: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
@@ -37,6 +40,25 @@ def upsampled(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     if tuple(maps.shape[-2:]) == tuple(size):
         return maps
     return F.interpolate(maps[:, None], size, mode="bilinear", align_corners=False)[:, 0]
+
+
+def substrate(x: torch.Tensor, kind: Substrate = Substrate.zero) -> torch.Tensor | None:
+    """What replaces removed pixels: None for zeros (the default), else the image blurred or its channel means.
+
+    The blur is RISE's 11x11 Gaussian of sigma 5, with the border replicated
+    rather than zero-padded, so the edges are not darkened.
+    """
+    if kind is Substrate.zero:
+        return None
+    if kind is Substrate.mean:
+        return x.mean(dim=(2, 3), keepdim=True).expand_as(x)
+    offsets = torch.arange(BLUR_SIZE, dtype=torch.float32, device=x.device) - BLUR_SIZE // 2
+    line = torch.exp(-(offsets**2) / (2 * BLUR_SIGMA**2))
+    line = (line / line.sum()).to(x.dtype)
+    channels = x.shape[1]
+    padded = F.pad(x, (BLUR_SIZE // 2,) * 4, mode="replicate")
+    rows = F.conv2d(padded, line.view(1, 1, 1, -1).expand(channels, 1, 1, BLUR_SIZE), groups=channels)
+    return F.conv2d(rows, line.view(1, 1, -1, 1).expand(channels, 1, BLUR_SIZE, 1), groups=channels)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,11 +95,13 @@ def deletion_insertion(
     steps: int = DEFAULT_STEPS,
     baseline: torch.Tensor | None = None,
     batch_size: int = 32,
+    after_chunk: Callable[[], None] = lambda: None,
 ) -> Curves:
     """The deletion and insertion curves of each image's map (RISE, Petsiuk et al. 2018), as torchcam 0.5's
     `DeletionInsertionMetric` defines them: pixels ranked by the upsampled map (a stable sort, highest first),
     the ranked pixels replaced by `baseline` (deletion) or restored onto it (insertion), all channels together;
-    `baseline` None is zeros in the model's normalised input space, torchcam's and RISE's default."""
+    `baseline` None is zeros in the model's normalised input space, torchcam's and RISE's default. `after_chunk` is
+    called after each chunk of forwards: where a long evaluation may be stopped."""
     n, _, height, width = x.shape
     base = torch.zeros_like(x) if baseline is None else torch.broadcast_to(baseline.to(x), x.shape)
     order = torch.argsort(upsampled(maps, (height, width)).flatten(1), dim=1, descending=True, stable=True)
@@ -104,6 +128,7 @@ def deletion_insertion(
                     deletion[image, point] = score
                 if curve in (1, 2):
                     insertion[image, 0 if curve == 2 else point] = score
+            after_chunk()
     return Curves(fractions=fractions, deletion=deletion, insertion=insertion)
 
 

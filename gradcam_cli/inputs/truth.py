@@ -12,13 +12,13 @@ layout).
 from __future__ import annotations
 
 import csv
-import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradcam_cli.errors import UsageError
+from gradcam_cli.inputs.paths_table import PathTable
 
 UNKNOWN_SHOWN = 5  # class names of a truth file the model does not know, named in the warning
 
@@ -68,26 +68,10 @@ class ClassIndex:
 
 
 @dataclass
-class TruthTable:
-    """A truth file's rows: by input path (as written, and made absolute), and by bare file name where unique."""
+class TruthTable(PathTable[Truth]):
+    """A truth file's rows, found by input path as inputs/paths_table.py matches them, and the classes the model lacks."""
 
-    paths: dict[str, Truth] = field(default_factory=dict)
-    names: dict[str, Truth | None] = field(default_factory=dict)  # None: several rows share the name
     unknown: list[str] = field(default_factory=list)  # true classes the model does not have
-
-    def add(self, written: str, truth: Truth, bases: Sequence[Path]) -> None:
-        self.paths[os.path.normpath(written)] = truth
-        for base in bases:
-            self.paths.setdefault(os.path.normpath(os.path.abspath(base / written)), truth)
-        base_name = os.path.basename(written)
-        for short in dict.fromkeys((base_name, os.path.splitext(base_name)[0])):
-            self.names[short] = truth if short not in self.names else None
-
-    def find(self, path: Path) -> Truth | None:
-        for key in (os.path.normpath(os.path.abspath(path)), os.path.normpath(str(path))):
-            if key in self.paths:
-                return self.paths[key]
-        return self.names.get(path.name) or self.names.get(path.stem)
 
 
 class GroundTruth:

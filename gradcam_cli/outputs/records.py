@@ -99,3 +99,38 @@ class ImageRecord:
             f"(no positive evidence at {', '.join(self.layers)}); try another ⟨layers⟩ or ⟨classes⟩"
             for t in self.blank_targets()
         ]
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """`gradcam eval`'s record of one image and one map set (a method's maps or a baseline's), or of a failed image.
+
+    It carries explain's fields (input, model, method, class, `targets` with
+    the overlay when one was written), so `gradcam report` reads it as it
+    reads explain's, its `metrics` sortable on the page.
+    """
+
+    input: str
+    ok: bool
+    error: str | None = None
+    model: str | None = None
+    method: str | None = None  # None: the image failed before any map
+    baseline: bool = False  # a map that knows nothing of the model (random, centre, edges)
+    layers: list[str] = field(default_factory=list)
+    width: int | None = None
+    height: int | None = None
+    class_index: int | None = None
+    class_name: str | None = None
+    probability: float | None = None
+    blank: bool | None = None
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    fractions: list[float] = field(default_factory=list)  # the curves' x: the fraction of pixels removed or restored
+    curves: dict[str, list[float]] = field(default_factory=dict)  # deletion, insertion: the class probability at each fraction
+    sanity: dict[str, Any] | None = None  # steps, and the map's spearman and ssim with the trained model's after each
+    targets: list[TargetRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        _utf8_fields(self, ("input", "error", "model", "class_name", "layers"))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False, allow_nan=False)

@@ -1,0 +1,242 @@
+"""`gradcam eval`: which method's maps to believe on this model and these images, in one command.
+
+Every method named explains every image (one model load), three baselines
+that know nothing of the model are set beside them, and each metric scores
+every map set. The table (terminal), a record per (image, map set) (stdout
+when piped, and OUT/records.jsonl always), eval.json, eval.csv and the charts
+come out of one run; ⟨report⟩ adds each map set's overlay and the HTML report
+with the metrics sortable. A stopped run still writes its summaries of what it
+did. The model options come from the one option table, as explain's do.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gradcam_cli.cli.console import NO_IMAGE_FOUND, Streams, names_input, progress_line, write_line
+from gradcam_cli.cli.explain import command_streams
+from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
+from gradcam_cli.cli.signals import StopRequests
+from gradcam_cli.errors import ExitCode, GradcamError, UsageError
+from gradcam_cli.settings import BY_NAME, ExplainSettings, build_settings
+from gradcam_cli.vocab import Metric, Substrate, values
+
+DEFAULT_METHODS = "gradcam,gradcam++,xgradcam,layercam"
+DEFAULT_METRICS = "deletion,insertion,drop,increase,sanity"  # and pointing when there are boxes; ROAD is opt-in (sparse solves)
+OUTPUT_DIR = "gradcam_eval"  # eval's own default folder, so its records do not mix with explain's
+TABLE_OPTIONS = (
+    "inputs", "model", "pretrained", "weights", "labels", "layers", "classes", "crop", "relu", "eigen_smooth", "aug_smooth",
+    "cam_batch_size", "grid", "colormap", "alpha", "output_dir", "recursive", "max_pixels", "batch_size", "device", "precision",
+    "workers", "report", "json_lines", "quiet",
+)  # fmt: skip
+CLI_ONLY = ("inputs", "json_lines", "quiet")
+
+
+def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, substrate: str, boxes: str | None, **given: Any) -> int:
+    """Measure how faithful each method's maps are (deletion, insertion, drop, ROAD, pointing, sanity), beside baselines."""
+    from gradcam_cli.evaluate.scoring import Scoring
+
+    inputs, json_lines, quiet = (given.pop(name) for name in CLI_ONLY)
+    chosen = parse_methods(methods)
+    measured = _metrics(metrics, boxes)
+    if steps < 1:
+        raise UsageError(f"--steps {steps}: give 1 or more points per curve (20 is the usual)")
+    if not inputs:
+        raise UsageError("no input given; name images, folders, globs or - for paths on stdin")
+    settings = build_settings(given)
+    if len(settings.target.classes) > 1:
+        raise UsageError("an evaluation explains one class per image: give ⟨classes⟩ once (or not at all, for the top class)")
+    boxes_path = _boxes(boxes)
+    from gradcam_cli.run.evaluation import EvalPlan
+
+    substrate_kind = Substrate(parse_names(substrate, "--substrate", values(Substrate))[0])
+    scoring = Scoring(metrics=measured, steps=steps, substrate=substrate_kind, chunk=settings.maps.cam_batch_size)
+    plan = EvalPlan(methods=tuple(chosen), scoring=scoring, boxes=boxes_path, overlays=settings.outputs.report)
+    streams = command_streams(ctx)
+    as_json = (not streams.stdout_tty) if json_lines is None else json_lines
+    return _Evaluation(settings, plan, streams, as_json, quiet).run(inputs)
+
+
+def _metrics(text: str | None, boxes: str | None) -> tuple[Metric, ...]:
+    """The metrics asked for, in the table's order; by default the usual five, with the pointing game when there are boxes."""
+    names = parse_names(text if text is not None else DEFAULT_METRICS, "--metrics", values(Metric))
+    if text is None and boxes is not None:
+        names.append(Metric.pointing.value)
+    if Metric.pointing.value in names and boxes is None:
+        raise UsageError("--metrics pointing needs to know where the objects are: give --boxes FILE (CSV or JSON) or a folder of masks")
+    return tuple(metric for metric in Metric if metric.value in names)
+
+
+def _boxes(text: str | None) -> Path | None:
+    """A --boxes file or folder that is not there fails before the model loads."""
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.exists():
+        raise UsageError(f"--boxes {text}: no such file or folder; give a CSV or JSON file of boxes, or a folder of mask PNGs")
+    return path
+
+
+class _Evaluation:
+    """One run of `gradcam eval`: sources scanned, the evaluator prepared, records streamed, summaries at the end."""
+
+    def __init__(self, settings: ExplainSettings, plan: Any, streams: Streams, as_json: bool, quiet: bool) -> None:
+        self.settings, self.plan, self.streams, self.as_json, self.quiet = settings, plan, streams, as_json, quiet
+        self.failed: list[str] = []
+
+    def run(self, inputs: list[str]) -> int:
+        from gradcam_cli.inputs.sources import iter_sources
+
+        output_dir = self.settings.outputs.output_dir
+        with StopRequests() as stops:
+            sources = list(iter_sources(inputs, self.streams.stdin, self.settings.inputs.recursive, output_dir, notice=self.streams.warn))
+            if not sources:
+                self.streams.warn(NO_IMAGE_FOUND)
+                return ExitCode.SOME_INPUTS_FAILED
+            if all(source.error for source in sources):  # nothing to evaluate: no model load
+                for source in sources:
+                    self._say_failed(str(source.path), source.error or "failed")
+                return ExitCode.SOME_INPUTS_FAILED
+            progress = progress_line(self.streams, self.quiet, len(sources))
+            try:
+                return self._evaluate(stops, sources, progress)
+            finally:
+                if progress:
+                    progress.stop()
+
+    def _evaluate(self, stops: StopRequests, sources: list[Any], progress: Any) -> int:
+        from gradcam_cli.outputs.naming import ensure_writable
+        from gradcam_cli.outputs.records import ImageRecord
+        from gradcam_cli.outputs.run_files import RunFiles
+        from gradcam_cli.run.evaluation import Evaluator
+
+        warn = progress.warn if progress else self.streams.warn
+        evaluator = Evaluator(self.settings, self.plan, warn=warn, checkpoint=stops.checkpoint)
+        if progress:
+            progress.loaded()
+        unmatched = evaluator.extras.unmatched_notice([source.path for source in sources])
+        if unmatched:
+            evaluator.warn(unmatched)
+        output_dir = self.settings.outputs.output_dir
+        ensure_writable(output_dir)
+        files = RunFiles(output_dir, _run_line(evaluator, self.streams))
+        seen: set[str] = set()
+
+        def emit(record: Any) -> None:
+            files.record(record)
+            if not record.ok:
+                self._say_failed(record.input, record.error or "failed", progress)
+            if self.as_json:
+                write_line(self.streams.stdout, record.to_json())
+            if progress and record.input not in seen:
+                seen.add(record.input)
+                progress.advance(ImageRecord(input=record.input, ok=record.ok))
+
+        stopped = True
+        try:
+            with stops.deferred():
+                evaluator.run(stops.at_once(sources), emit)
+            stopped = False
+        finally:
+            totals = evaluator.totals
+            files.finish({"images": len(totals.images), "failed": len(totals.failed_images)}, interrupted=stopped)
+            self._summarise(evaluator, stopped, progress)
+        return ExitCode.SOME_INPUTS_FAILED if self.failed else ExitCode.OK
+
+    def _summarise(self, evaluator: Any, stopped: bool, progress: Any) -> None:
+        """eval.json, eval.csv, the charts and the table, of what was done (also when stopped); the report if asked."""
+        from gradcam_cli.cli.eval_table import eval_table
+        from gradcam_cli.outputs.eval_files import write_eval_files
+
+        output_dir = self.settings.outputs.output_dir
+        summary = evaluator.totals.summary({**evaluator.context(), "interrupted": stopped})
+        if progress:
+            progress.stop()
+        if not summary["results"]:
+            return
+        try:
+            written = write_eval_files(output_dir, summary)
+        except OSError as error:
+            self.streams.warn(f"cannot write the summaries into {output_dir}: {error.strerror or error}")
+            written = []
+        if not (self.quiet and self.as_json):
+            stream = self.streams.stderr if self.as_json else self.streams.stdout
+            stream.write(eval_table(summary, width=None if self.as_json else 0, color=not self.as_json and self.streams.stdout_tty))
+            stream.flush()
+        if self.settings.outputs.report:
+            self._report(output_dir)
+        if not self.quiet and written:
+            self.streams.warn(f"evaluated {summary['images']} images; summaries in {output_dir}/ ({', '.join(p.name for p in written)})")
+
+    def _report(self, output_dir: Path) -> None:
+        from gradcam_cli.report.build import build_report
+
+        try:
+            index = build_report(output_dir, warn=self.streams.warn)
+        except (GradcamError, OSError) as error:
+            self.streams.warn(f"no report: {error}")
+            return
+        if not self.quiet:
+            self.streams.warn(f"report: {index}")
+
+    def _say_failed(self, path: str, error: str, progress: Any = None) -> None:
+        self.failed.append(path)
+        line = error if names_input(error, path) else f"{path}: {error}"
+        (progress.warn if progress else self.streams.warn)(line)
+
+
+def _run_line(evaluator: Any, streams: Streams) -> dict[str, Any]:
+    """What the runs file says of this evaluation: the command, where, what measured what."""
+    import os
+    import shlex
+
+    from gradcam_cli import __version__
+    from gradcam_cli.outputs.run_files import file_sha256
+
+    weights = evaluator.settings.model.weights
+    context = evaluator.context()
+    return {
+        "command": shlex.join(streams.command) if streams.command else None,
+        "cwd": os.getcwd(),
+        "output_dir": str(evaluator.settings.outputs.output_dir),
+        "model": context["model"],
+        "method": ",".join(context["methods"]),
+        "layers": sorted({layer for layers in context["layers"].values() for layer in layers}),
+        "device": context["device"],
+        "weights": str(weights) if weights else None,
+        "weights_sha256": file_sha256(weights) if weights else None,
+        "pretrained": evaluator.settings.model.pretrained and weights is None,
+        "version": __version__,
+    }
+
+
+def _table_parameter(name: str) -> inspect.Parameter:
+    """A table option as eval takes it; the output folder defaults to eval's own."""
+    option = BY_NAME[name]
+    return parameter(replace(option, default=OUTPUT_DIR) if name == "output_dir" else option)
+
+
+evaluate.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # what typer reads: eval's own options, then the table's
+    [
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        own_option("methods", "--methods", DEFAULT_METHODS, "M,M", "CAM methods to evaluate, comma-separated (see `gradcam methods`)."),
+        own_option(
+            "metrics", "--metrics", None, "NAME,NAME",
+            f"Metrics, comma-separated: {', '.join(values(Metric))} [default: {DEFAULT_METRICS}, and pointing with --boxes].",
+            kind=str | None,
+        ),
+        own_option("steps", "--steps", 20, "N", "Points on each deletion and insertion curve.", kind=int),
+        own_option(
+            "substrate", "--substrate", Substrate.zero.value, "|".join(values(Substrate)),
+            "What removed pixels become (deletion) and what insertion starts from.",
+        ),
+        own_option("boxes", "--boxes", None, "FILE|DIR", "Where the objects are (pointing game): a CSV or JSON of boxes, or mask PNGs.",
+                   kind=str | None),
+        *(_table_parameter(name) for name in TABLE_OPTIONS),
+    ]
+)  # fmt: skip

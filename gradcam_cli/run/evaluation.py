@@ -1,0 +1,234 @@
+"""`gradcam eval`'s engine: each batch's maps by every method, the baselines beside them, every metric, a record each.
+
+The model is loaded once and every method prepared on it (run/prepare.py), so
+a bad method, layer or option stops the run before any image is read. Images
+are decoded ahead in threads and go through in batches. The first method's
+classes (the top class, or the one ⟨classes⟩) are the classes of every map
+set, so all answer the same question. A bad image gets an error record and
+the others go on; a batch that runs out of memory is halved.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from gradcam_cli.cams.engine import compute_cams
+from gradcam_cli.cams.targets import TargetChoice
+from gradcam_cli.errors import InputError, UsageError
+from gradcam_cli.evaluate import baselines
+from gradcam_cli.evaluate.measures import measures_of
+from gradcam_cli.evaluate.scoring import MapScores, Scoring, score_all
+from gradcam_cli.evaluate.summary import EvalTotals
+from gradcam_cli.geometry import map_to_original, plan_geometry, to_input_array
+from gradcam_cli.inputs.decode import load_image
+from gradcam_cli.inputs.sources import Source
+from gradcam_cli.inputs.truth import ClassIndex
+from gradcam_cli.layers.paths import resolve_layers
+from gradcam_cli.outputs.records import EvalRecord, TargetRecord
+from gradcam_cli.run.evaluation_extras import BatchMaps, Decoded, Extras, Measured
+from gradcam_cli.run.prepare import PreparedRun, prepare_run
+from gradcam_cli.run.workers import default_workers, ordered_map
+from gradcam_cli.settings import ExplainSettings, as_flag, in_flags
+from gradcam_cli.vocab import Method, Norm
+
+BASELINES = ("random", "centre", "edges")  # model-blind maps set beside every method
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalPlan:
+    """What `gradcam eval` measures, beyond the options it shares with explain."""
+
+    methods: tuple[str, ...]
+    scoring: Scoring
+    boxes: Path | None = None  # the objects, for the pointing game
+    overlays: bool = False  # each map set's overlay written (for the report)
+
+
+def baseline_maps(x: torch.Tensor, inputs: list[str]) -> dict[str, torch.Tensor]:
+    """The three baselines of a batch, at the input size; the random map seeded by each input's name, so reruns agree."""
+    n, _, height, width = x.shape
+    seeds = [zlib.crc32(name.encode("utf-8", "surrogateescape")) for name in inputs]
+    noise = torch.cat([baselines.random_maps(1, height, width, seed=seed) for seed in seeds])
+    return {
+        "random": noise.to(x.device),
+        "centre": baselines.centre_gaussian(n, height, width).to(x.device),
+        "edges": baselines.sobel_edges(x).to(x.device),
+    }
+
+
+class Evaluator:
+    """A prepared evaluation: the model and every method once; then any stream of sources."""
+
+    def __init__(
+        self,
+        settings: ExplainSettings,
+        plan: EvalPlan,
+        warn: Callable[[str], None] = lambda _m: None,
+        checkpoint: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.settings, self.plan = settings, plan
+        self.warn = lambda message: warn(in_flags(message))
+        self.checkpoint = checkpoint
+        self.runs = self._prepare(settings, plan.methods)
+        first = self.runs[0]
+        self.model, self.device, self.loaded = first.model, first.device, first.loaded
+        self.scoring = replace(plan.scoring, checkpoint=checkpoint)
+        self.extras = Extras(self, plan.scoring.metrics, plan.boxes)
+        self.totals = EvalTotals(measures_of(plan.scoring.metrics))
+        self.classes = ClassIndex(self.loaded.class_names)
+
+    def _prepare(self, settings: ExplainSettings, methods: tuple[str, ...]) -> list[PreparedRun]:
+        """One prepared run per method on the one model; maps always scaled to [0, 1] (the metrics multiply by them)."""
+        if not methods:
+            raise UsageError("no method to evaluate; name some with ⟨methods⟩")
+        runs: list[PreparedRun] = []
+        said: set[str] = set()
+        for name in methods:
+            own = replace(settings, target=replace(settings.target, method=Method(name)), maps=replace(settings.maps, norm=Norm.minmax))
+            shared = {"loaded": runs[0].loaded, "device": runs[0].device} if runs else {}
+            run = prepare_run(own, warn=self.warn, checkpoint=self.checkpoint, **shared)  # type: ignore[arg-type]
+            for notice in run.notices:
+                if notice not in said:
+                    said.add(notice)
+                    self.warn(notice)
+            runs.append(run)
+        return runs
+
+    def context(self) -> dict[str, object]:
+        """What eval.json and the runs file say of the run."""
+        return {
+            "model": self.loaded.name,
+            "methods": [run.method.name for run in self.runs],
+            "baselines": list(BASELINES),
+            "layers": {run.method.name: run.layer_names() for run in self.runs},
+            "metrics": [metric.value for metric in self.plan.scoring.metrics],
+            "steps": self.plan.scoring.steps,
+            "substrate": self.plan.scoring.substrate.value,
+            "device": str(self.device),
+        }
+
+    def run(self, sources: Iterable[Source], emit: Callable[[EvalRecord], None]) -> None:
+        """Evaluate every source; each record goes to `emit` (and into the totals) as it is made."""
+
+        def out(record: EvalRecord) -> None:
+            self.totals.add(record.__dict__)
+            emit(record)
+
+        workers = self.settings.run.workers or default_workers(self.device.type)
+        batch: list[Decoded] = []
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gradcam-eval") as pool:
+            for decoded in ordered_map(pool, self._decode, sources, window=2 * self.settings.run.batch_size):
+                self.checkpoint()
+                if isinstance(decoded, EvalRecord):
+                    out(decoded)
+                    continue
+                batch.append(decoded)
+                if len(batch) == self.settings.run.batch_size:
+                    self._flush(batch, out)
+                    batch = []
+            self._flush(batch, out)
+
+    def _flush(self, batch: list[Decoded], out: Callable[[EvalRecord], None]) -> None:
+        for record in self._evaluate(batch) if batch else []:
+            out(record)
+
+    def _decode(self, source: Source) -> Decoded | EvalRecord:
+        """The image read and preprocessed as explain does; an unreadable one is its error record."""
+        try:
+            if source.error:
+                raise InputError(source.error)
+            photo = load_image(source.path, self.settings.inputs.max_pixels)
+            config = self.loaded.data_config
+            geometry = plan_geometry(photo.shape[:2], config, crop=self.settings.inputs.crop)
+            return Decoded(source, photo, geometry, to_input_array(photo, geometry, config))
+        except InputError as error:
+            return EvalRecord(input=str(source.path), ok=False, error=error.spelled(as_flag), model=self.loaded.name)
+
+    def _evaluate(self, batch: list[Decoded]) -> list[EvalRecord]:
+        """The batch's records; out of memory, each half on its own, down to one image (then its error record)."""
+        try:
+            return self._evaluate_batch(batch)
+        except torch.OutOfMemoryError:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            if len(batch) == 1:
+                message = f"{batch[0].source.path}: out of memory on {self.device}; try a smaller ⟨cam_batch_size⟩ or the CPU"
+                return [EvalRecord(input=str(batch[0].source.path), ok=False, error=in_flags(message), model=self.loaded.name)]
+            self.warn(f"out of memory on {self.device} with {len(batch)} images; halving the batch")
+            half = len(batch) // 2
+            return self._evaluate(batch[:half]) + self._evaluate(batch[half:])
+
+    def _evaluate_batch(self, batch: list[Decoded]) -> list[EvalRecord]:
+        x = torch.from_numpy(np.stack([item.array for item in batch])).to(self.device)
+        sets = self._method_maps(x)
+        sets.maps.update(baseline_maps(x, [str(item.source.path) for item in batch]))
+        scores = score_all(self.model, x, sets.maps, sets.classes, self.scoring)
+        extra = self.extras.measure(x, batch, sets)
+        return [self._record(item, row, name, scores[name], extra, sets) for row, item in enumerate(batch) for name in sets.maps]
+
+    def _method_maps(self, x: torch.Tensor) -> BatchMaps:
+        """Each method's maps (N, H, W) of the batch, all for the first method's classes."""
+        first = self.runs[0].compute(x)
+        classes = first.targets[:, 0]
+        chosen = TargetChoice(classes=tuple(int(c) for c in classes.tolist()), per_image=True)
+        sets = BatchMaps(maps={}, blank={}, finite={}, classes=classes, logits=first.logits.float())
+        for run in self.runs:
+            cams = first if run is self.runs[0] else replace(run, targets=chosen).compute(x)
+            name = run.method.name
+            sets.maps[name] = torch.nan_to_num(cams.maps[:, 0].float())
+            sets.blank[name], sets.finite[name] = cams.blank[:, 0], cams.finite
+        return sets
+
+    def maps_with(self, net: torch.nn.Module, x: torch.Tensor, classes: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Each method's maps computed with another network of the same architecture (the sanity check's copies)."""
+        chosen = TargetChoice(classes=tuple(int(c) for c in classes.tolist()), per_image=True)
+        out = {}
+        for run in self.runs:
+            layers = resolve_layers(net, [layer.name for layer in run.layers], self.loaded.name)
+            cams = compute_cams(
+                net, x, layers, run.method, chosen, options=run.options, num_prefix_tokens=self.loaded.num_prefix_tokens,
+                grid=self.settings.target.grid, model_name=self.loaded.name,
+            )  # fmt: skip
+            out[run.method.name] = torch.nan_to_num(cams.maps[:, 0].float())
+        return out
+
+    def _record(self, item: Decoded, row: int, name: str, scores: MapScores, extra: Measured, sets: BatchMaps) -> EvalRecord:
+        """One image's record for one map set: its class, every measure, its curves, its overlay when asked."""
+        path = str(item.source.path)
+        baseline = name in BASELINES
+        if not baseline and not bool(sets.finite[name][row]):
+            error = f"{path}: the model's scores or gradients are not finite (NaN or inf) for {name}"
+            return EvalRecord(input=path, ok=False, error=error, model=self.loaded.name, method=name)
+        index = int(sets.classes[row])
+        class_name = self.classes.names[index] if 0 <= index < len(self.classes.names) else None
+        probability = round(float(sets.logits[row].softmax(dim=0)[index]), 6)
+        is_blank = bool(sets.blank[name][row]) if not baseline else False
+        metrics = {key: values[row] for key, values in scores.measures.items()}
+        metrics.update(extra.measures_of(name, row))
+        targets = []
+        if self.plan.overlays:
+            overlay = self.extras.write_overlay(item, name, sets.maps[name][row])
+            score = round(float(sets.logits[row, index]), 6)
+            targets = [TargetRecord(index, class_name, score, probability, is_blank, overlay=overlay)]
+        run = next((run for run in self.runs if run.method.name == name), None)
+        return EvalRecord(
+            input=path, ok=True, model=self.loaded.name, method=name, baseline=baseline, layers=run.layer_names() if run else [],
+            width=int(item.photo.shape[1]), height=int(item.photo.shape[0]), class_index=index, class_name=class_name,
+            probability=probability, blank=is_blank, metrics=metrics, fractions=scores.fractions,
+            curves={key: rows[row] for key, rows in scores.curves.items()}, sanity=extra.sanity_of(name, row), targets=targets,
+        )  # fmt: skip
+
+    def photo_map(self, item: Decoded, cam: torch.Tensor) -> np.ndarray:
+        """A map at the input size, put back on the photo as explain's `.npy` is."""
+        return map_to_original(cam.detach().float().cpu(), item.geometry)
+
+    def class_matches(self, written: str, index: int) -> bool:
+        """A box's class (a name or an index, as the boxes file writes it) is the explained class."""
+        return self.classes.find(written) == index if self.classes.names else written.strip() == str(index)

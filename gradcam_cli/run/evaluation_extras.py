@@ -1,0 +1,193 @@
+"""The measures of an evaluation that need more than the model: the objects' boxes, the methods themselves, files.
+
+The pointing game reads the boxes (inputs/regions.py) and looks at each map
+put back on the photo; the sanity check re-initialises a copy of the network
+stage by stage (evaluate/sanity.py) and asks the methods again; with
+⟨report⟩ each map set's overlay is written for the page.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+
+from gradcam_cli.errors import UsageError
+from gradcam_cli.vocab import Metric
+
+UNMATCHED_SHOWN = 5  # names of boxes' images that are not inputs, in the warning
+
+if TYPE_CHECKING:
+    from gradcam_cli.geometry import Geometry
+    from gradcam_cli.inputs.sources import Source
+    from gradcam_cli.run.prepare import PreparedRun
+    from gradcam_cli.settings import ExplainSettings
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """An image ready for the model: the photo, where the input lies on it, the input."""
+
+    source: Source
+    photo: np.ndarray
+    geometry: Geometry
+    array: np.ndarray
+
+
+@dataclass(frozen=True)
+class BatchMaps:
+    """A batch's map sets (N, H, W each, at the input size) and what the methods said of them."""
+
+    maps: dict[str, torch.Tensor]
+    blank: dict[str, torch.Tensor]  # per method: (N,) bool
+    finite: dict[str, torch.Tensor]  # per method: (N,) bool, scores and gradients finite
+    classes: torch.Tensor  # (N,) the class every map set explains
+    logits: torch.Tensor  # (N, classes)
+
+
+class EvaluatorView(Protocol):
+    """What the extras ask of the evaluation (run/evaluation.py's Evaluator)."""
+
+    settings: ExplainSettings
+    runs: list[PreparedRun]
+    model: torch.nn.Module
+    loaded: Any
+    warn: Callable[[str], None]
+
+    def photo_map(self, item: Decoded, cam: torch.Tensor) -> np.ndarray: ...
+
+    def maps_with(self, net: torch.nn.Module, x: torch.Tensor, classes: torch.Tensor) -> dict[str, torch.Tensor]: ...
+
+    def class_matches(self, written: str, index: int) -> bool: ...
+
+
+@dataclass
+class Measured:
+    """A batch's extra measures: per map set, per measure, a value per image; the sanity check's steps and rows."""
+
+    values: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
+    steps: list[str] = field(default_factory=list)
+    rows: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)  # per method: spearman, ssim: a row per image
+
+    def put(self, name: str, measure: str, values: list[float | None]) -> None:
+        self.values.setdefault(name, {})[measure] = values
+
+    def measures_of(self, name: str, row: int) -> dict[str, float | None]:
+        return {measure: values[row] for measure, values in self.values.get(name, {}).items()}
+
+    def sanity_of(self, name: str, row: int) -> dict[str, Any] | None:
+        """What a record says of the sanity check: the steps, and its map's agreement after each."""
+        rows = self.rows.get(name)
+        if not rows:
+            return None
+        return {"steps": self.steps, **{key: per_image[row] for key, per_image in rows.items()}}
+
+
+class Extras:
+    """The pointing game, the sanity check and the overlays of one evaluation."""
+
+    def __init__(self, evaluator: EvaluatorView, metrics: tuple[Metric, ...], boxes: Path | None) -> None:
+        from gradcam_cli.outputs.naming import OutputNamer
+
+        self.evaluator = evaluator
+        self.regions = None
+        if Metric.pointing in metrics:
+            if boxes is None:
+                raise UsageError("the pointing game needs to know where the objects are: give ⟨boxes⟩ (a CSV or JSON file, or mask PNGs)")
+            from gradcam_cli.inputs.regions import load_regions
+
+            self.regions = load_regions(boxes)
+        self.stages: list[str] = []
+        if Metric.sanity in metrics:
+            from gradcam_cli.layers.stages import stage_paths
+
+            loaded = evaluator.loaded
+            self.stages = stage_paths(loaded.model, loaded.arch, loaded.source, notice=evaluator.warn)
+        self.namers: dict[str, OutputNamer] = {}
+        self.said: set[str] = set()
+
+    def unmatched_notice(self, inputs: list[Path]) -> str | None:
+        """One line for the boxes that name no input of this run (a typo, or a stale row): they count for nothing."""
+        if self.regions is None:
+            return None
+        unmatched = self.regions.unmatched(inputs)
+        if not unmatched:
+            return None
+        shown = ", ".join(unmatched[:UNMATCHED_SHOWN]) + (", …" if len(unmatched) > UNMATCHED_SHOWN else "")
+        return f"⟨boxes⟩ names {len(unmatched)} image(s) that are not among the inputs ({shown}); their boxes are not used"
+
+    def measure(self, x: torch.Tensor, batch: list[Decoded], sets: BatchMaps) -> Measured:
+        measured = Measured()
+        if self.regions is not None:
+            self._pointing(batch, sets, measured)
+        if self.stages:
+            self._sanity(x, sets, measured)
+        return measured
+
+    def _say(self, message: str) -> None:
+        if message not in self.said:
+            self.said.add(message)
+            self.evaluator.warn(message)
+
+    def _pointing(self, batch: list[Decoded], sets: BatchMaps, measured: Measured) -> None:
+        """Per image, the object mask of its class; per map set, whether the map's hottest point is on it."""
+        from gradcam_cli.evaluate.pointing import pointing_hit
+        from gradcam_cli.inputs.regions import object_mask
+
+        assert self.regions is not None
+        masks: list[np.ndarray | None] = []
+        for row, item in enumerate(batch):
+            regions = self.regions.find(item.source.path)
+            if regions is None:
+                masks.append(None)
+                continue
+            explained = partial(self.evaluator.class_matches, index=int(sets.classes[row]))
+            mask, notices = object_mask(regions, item.photo.shape[:2], explained)
+            for notice in notices:
+                self._say(f"{item.source.path}: {notice}")
+            masks.append(mask)
+        for name, maps in sets.maps.items():
+            hits: list[float | None] = []
+            for row, item in enumerate(batch):
+                mask = masks[row]
+                hits.append(None if mask is None else pointing_hit(self.evaluator.photo_map(item, maps[row]), mask))
+            measured.put(name, "pointing", hits)
+
+    def _sanity(self, x: torch.Tensor, sets: BatchMaps, measured: Measured) -> None:
+        """The methods' maps after each step of the cascade, against the trained model's (baselines have no model)."""
+        from gradcam_cli.evaluate.sanity import cascading_randomisation
+
+        methods = {run.method.name: sets.maps[run.method.name] for run in self.evaluator.runs}
+        result = cascading_randomisation(
+            self.evaluator.model, x, self.stages, lambda net: self.evaluator.maps_with(net, x, sets.classes), original=methods
+        )
+        measured.steps = list(result.steps)
+        for name in methods:
+            spearman, ssim = result.spearman[name], result.ssim[name]  # (S, N)
+            measured.rows[name] = {"spearman": _rows(spearman.T), "ssim": _rows(ssim.T)}
+            measured.put(name, "sanity", [round(float(v), 6) for v in spearman[-1].tolist()])
+            measured.put(name, "sanity_ssim", [round(float(v), 6) for v in ssim[-1].tolist()])
+
+    def write_overlay(self, item: Decoded, name: str, cam: torch.Tensor) -> str:
+        """The map set's overlay of the image, named as explain names it (`<image>.<method>.png`)."""
+        from gradcam_cli.outputs.files import write_atomic
+        from gradcam_cli.outputs.naming import OutputNamer
+        from gradcam_cli.outputs.picture import draw
+        from gradcam_cli.outputs.render import encode_png
+
+        outputs = self.evaluator.settings.outputs
+        namer = self.namers.setdefault(name, OutputNamer(outputs.output_dir, name))
+        path = namer.paths(OutputNamer.base_for(item.source.relative), None, raw=False)[0]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shown = self.evaluator.photo_map(item, cam)
+        write_atomic(path, encode_png(draw(item.photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha)))
+        return str(path)
+
+
+def _rows(values: torch.Tensor) -> list[list[float]]:
+    return [[round(float(v), 6) for v in row] for row in values.tolist()]
