@@ -17,12 +17,19 @@ def _commands() -> dict:
     return typer.main.get_command(app).commands  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("command", ["explain", "layers", "methods", "report", "compare"])
+COMMANDS = sorted(_commands())  # every command the app has: a new one cannot go undocumented
+
+
+def test_the_commands_are_the_apps() -> None:
+    assert {"explain", "layers", "methods", "report", "compare", "eval"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_is_in_the_readme(command: str) -> None:
     assert f"gradcam {command}" in README
 
 
-@pytest.mark.parametrize("command", ["explain", "layers", "report", "compare"])
+@pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_is_in_the_readme(command: str) -> None:
     missing = []
     for param in _commands()[command].params:

@@ -185,6 +185,18 @@ def test_report_puts_the_metrics_into_the_page(run_cli, scenes, tmp_path: Path) 
     assert len(payload["cards"]) == 8 and {card["method"] for card in payload["cards"]} == {"gradcam", *BASELINES}
 
 
+def test_road_through_the_command(run_cli, scenes, tmp_path: Path) -> None:
+    """Opt-in ROAD: its three measures in the records; Grad-CAM's combined score above the random map's."""
+    folder, _ = scenes
+    result = run_cli("eval", folder / "scene_0.png", *MODEL, "--methods", "gradcam", "--metrics", "road", "--json", "-o", tmp_path)
+    assert result.code == 0, result.stderr
+    by_map = {r["method"]: r["metrics"] for r in result.records()}
+    assert set(by_map["gradcam"]) == {"road", "road_morf", "road_lerf"}
+    gradcam, random = by_map["gradcam"], by_map["random"]
+    assert gradcam["road"] == pytest.approx((gradcam["road_lerf"] - gradcam["road_morf"]) / 2, abs=2e-6)
+    assert gradcam["road"] > random["road"]
+
+
 def _one_line(result) -> str:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
@@ -261,3 +273,36 @@ def test_statistics_intervals() -> None:
     assert interval([]).mean is None and interval([0.5]).low is None
     big = interval(np.random.default_rng(0).uniform(size=BOOTSTRAP_UP_TO + 1).tolist())
     assert big.high - big.low == pytest.approx(2 * 1.96 * np.sqrt(1 / 12) / np.sqrt(BOOTSTRAP_UP_TO + 1), rel=0.05)
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_summaries_of_what_was_done(tmp_path: Path) -> None:
+    """Stopped part way: exit 130, every record written stays, eval.json says so and summarises those images."""
+    import shutil
+    import signal
+    import subprocess
+
+    from conftest import cli_command, cli_env
+
+    folder = tmp_path / "many"
+    for copy in range(4):
+        for image in (EXAMPLES / "shapes_images").glob("*.jpg"):
+            (folder / str(copy)).mkdir(parents=True, exist_ok=True)
+            shutil.copy(image, folder / str(copy) / image.name)
+    command = cli_command("eval", folder, "-r", *MODEL, "--methods", "gradcam", "--metrics", "deletion", "-b", 1, "-o", "out", "--json")
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env(), cwd=tmp_path)
+    assert process.stdout is not None
+    try:
+        lines = [process.stdout.readline() for _ in range(4)]  # the first image: gradcam and the three baselines
+        process.send_signal(signal.SIGINT)
+        rest, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    records = [json.loads(line) for line in [*lines, *rest.splitlines()]]
+    assert process.returncode == 130 and 4 <= len(records) < 32 * 4, stderr
+    assert "Traceback" not in stderr
+    summary = json.loads((tmp_path / "out" / "eval.json").read_text())
+    assert summary["interrupted"] is True and summary["images"] == len({r["input"] for r in records})
+    assert len((tmp_path / "out" / "records.jsonl").read_text().splitlines()) == len(records)
+    end = json.loads((tmp_path / "out" / "runs.jsonl").read_text().splitlines()[-1])
+    assert end["interrupted"] is True

@@ -168,7 +168,7 @@ def _same_terminal(streams: Streams) -> bool:
 class ProgressLine:
     """A rich progress line on stderr, only when stderr is a terminal: with a known total, a bar, rate and time left."""
 
-    def __init__(self, streams: Streams, total: int | None) -> None:
+    def __init__(self, streams: Streams, total: int | None, verb: str = "explained") -> None:
         from rich.console import Console
         from rich.progress import Progress
 
@@ -178,6 +178,7 @@ class ProgressLine:
         self.bar = Progress(*_progress_columns(total), console=self.console, transient=True)
         self.task = self.bar.add_task("loading model", total=total)
         self.summary = Summary()  # counted as the engine counts, so the line agrees with the closing summary
+        self.verb = verb
         self.bar.start()
 
     def advance(self, record: Any) -> None:
@@ -191,11 +192,15 @@ class ProgressLine:
         counts = self.summary
         skipped = f", {counts.skipped} skipped" if counts.skipped else ""
         failed = f", {counts.failed} failed" if counts.failed else ""
-        return f"explained {counts.done}{skipped}{failed}"
+        return f"{self.verb} {counts.done}{skipped}{failed}"
 
     def detail(self, what: str, done: int, total: int) -> None:
         """Long work inside one batch (masked forwards of scorecam/ablationcam)."""
         self.bar.update(self.task, description=f"{self._counts()}; {what}: {done}/{total} forwards")
+
+    def doing(self, what: str) -> None:
+        """What the current batch is at (an evaluation's metric, the sanity check's step)."""
+        self.bar.update(self.task, description=f"{self._counts()}; {what}")
 
     def print(self, text: str) -> None:
         """A record line, printed above the progress line (rich redraws it below)."""
@@ -238,5 +243,5 @@ def _rate_column() -> Any:
     return Rate()
 
 
-def progress_line(streams: Streams, quiet: bool, total: int | None = None) -> ProgressLine | None:
-    return ProgressLine(streams, total) if streams.stderr_tty and not quiet else None
+def progress_line(streams: Streams, quiet: bool, total: int | None = None, verb: str = "explained") -> ProgressLine | None:
+    return ProgressLine(streams, total, verb) if streams.stderr_tty and not quiet else None

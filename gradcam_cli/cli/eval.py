@@ -102,7 +102,7 @@ class _Evaluation:
                 for source in sources:
                     self._say_failed(str(source.path), source.error or "failed")
                 return ExitCode.SOME_INPUTS_FAILED
-            progress = progress_line(self.streams, self.quiet, len(sources))
+            progress = progress_line(self.streams, self.quiet, len(sources), verb="evaluated")
             try:
                 return self._evaluate(stops, sources, progress)
             finally:
@@ -116,7 +116,9 @@ class _Evaluation:
         from gradcam_cli.run.evaluation import Evaluator
 
         warn = progress.warn if progress else self.streams.warn
-        evaluator = Evaluator(self.settings, self.plan, warn=warn, checkpoint=stops.checkpoint)
+        evaluator = Evaluator(
+            self.settings, self.plan, warn=warn, checkpoint=stops.checkpoint, doing=progress.doing if progress else lambda _w: None
+        )
         if progress:
             progress.loaded()
         unmatched = evaluator.extras.unmatched_notice([source.path for source in sources])

@@ -96,12 +96,14 @@ def deletion_insertion(
     baseline: torch.Tensor | None = None,
     batch_size: int = 32,
     after_chunk: Callable[[], None] = lambda: None,
+    channels_last: bool = False,
 ) -> Curves:
     """The deletion and insertion curves of each image's map (RISE, Petsiuk et al. 2018), as torchcam 0.5's
     `DeletionInsertionMetric` defines them: pixels ranked by the upsampled map (a stable sort, highest first),
     the ranked pixels replaced by `baseline` (deletion) or restored onto it (insertion), all channels together;
     `baseline` None is zeros in the model's normalised input space, torchcam's and RISE's default. `after_chunk` is
-    called after each chunk of forwards: where a long evaluation may be stopped."""
+    called after each chunk of forwards: where a long evaluation may be stopped; `channels_last`: the perturbed
+    inputs in the memory format of a channels-last model."""
     n, _, height, width = x.shape
     base = torch.zeros_like(x) if baseline is None else torch.broadcast_to(baseline.to(x), x.shape)
     order = torch.argsort(upsampled(maps, (height, width)).flatten(1), dim=1, descending=True, stable=True)
@@ -123,6 +125,8 @@ def deletion_insertion(
             relevant = ranks[images] < torch.tensor([job[3] for job in chunk], device=x.device)[:, None]
             keep_photo = torch.where(torch.tensor([job[1] == 1 for job in chunk], device=x.device)[:, None], relevant, ~relevant)
             inputs = torch.where(keep_photo[:, None], flat_x[images], flat_base[images]).reshape(-1, *x.shape[1:])
+            if channels_last:
+                inputs = inputs.contiguous(memory_format=torch.channels_last)
             for (image, curve, point, _), score in zip(chunk, class_probabilities(model, inputs, classes[images]).tolist()):
                 if curve in (0, 2):
                     deletion[image, point] = score

@@ -8,8 +8,9 @@ records and the summaries never see a tensor.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -28,6 +29,8 @@ class Scoring:
     substrate: Substrate = Substrate.zero
     chunk: int = 32  # perturbed inputs per forward
     checkpoint: Callable[[], None] = lambda: None  # called between chunks: a stop request is honoured there
+    precision: torch.dtype | None = None  # the run's autocast dtype (bf16 on CUDA by default), as the maps' passes use
+    channels_last: bool = False  # the model runs channels-last: perturbed inputs follow (oneDNN and cuDNN are faster)
 
 
 @dataclass
@@ -48,14 +51,34 @@ def _rows(curves: torch.Tensor) -> list[list[float]]:
     return [[round(v, 6) for v in row] for row in torch.nan_to_num(curves.float()).cpu().tolist()]
 
 
+def _passes(x: torch.Tensor, scoring: Scoring) -> contextlib.AbstractContextManager[object]:
+    """The model's passes in the run's precision: autocast when it has one, else plain fp32."""
+    if scoring.precision is None:
+        return contextlib.nullcontext()
+    return torch.autocast(x.device.type, dtype=scoring.precision)
+
+
 def score_maps(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor, scoring: Scoring) -> MapScores:
     """Score one set of maps (N, h, w) of the batch x for each image's class."""
+    with _passes(x, scoring):
+        return _scored(model, x, maps, classes, scoring)
+
+
+def _scored(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor, scoring: Scoring) -> MapScores:
     scores = MapScores()
     metrics = scoring.metrics
     if Metric.deletion in metrics or Metric.insertion in metrics:
         base = substrate(x, scoring.substrate)
         curves = deletion_insertion(
-            model, x, maps, classes, steps=scoring.steps, baseline=base, batch_size=scoring.chunk, after_chunk=scoring.checkpoint
+            model,
+            x,
+            maps,
+            classes,
+            steps=scoring.steps,
+            baseline=base,
+            batch_size=scoring.chunk,
+            after_chunk=scoring.checkpoint,
+            channels_last=scoring.channels_last,
         )
         scores.fractions = [round(float(f), 6) for f in curves.fractions.tolist()]
         if Metric.deletion in metrics:
@@ -74,15 +97,10 @@ def score_maps(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: t
     if Metric.road in metrics:
         from gradcam_cli.evaluate.road import road
 
-        measured = road(model, x, maps, classes, batch_size=scoring.chunk)
+        measured = road(
+            model, x, maps, classes, batch_size=scoring.chunk, after_chunk=scoring.checkpoint, channels_last=scoring.channels_last
+        )
         scores.measures["road"] = _floats(measured.combined())
         scores.measures["road_morf"] = _floats(measured.morf())
         scores.measures["road_lerf"] = _floats(measured.lerf())
     return scores
-
-
-def score_all(
-    model: nn.Module, x: torch.Tensor, maps: Mapping[str, torch.Tensor], classes: torch.Tensor, scoring: Scoring
-) -> dict[str, MapScores]:
-    """Every map set of the batch, in the order given."""
-    return {name: score_maps(model, x, set_maps, classes, scoring) for name, set_maps in maps.items()}

@@ -88,8 +88,8 @@ def sanity_chart(summary: dict[str, Any]) -> Any:
     sanity = summary.get("sanity") or {}
     if not sanity:
         return None
-    steps = next(iter(sanity.values()))["steps"]
-    series = [Series(name, about["spearman"]) for name, about in sanity.items()]
+    steps = ["trained", *next(iter(sanity.values()))["steps"]]  # the trained model's map agrees with itself: 1
+    series = [Series(name, [1.0, *about["spearman"]]) for name, about in sanity.items()]
     return line_chart(
         series, title=f"Sanity check: {summary['model']} randomised from the head down", x_label="randomised up to",
         y_label="rank correlation with the trained model's map", y_range=(-0.2, 1.0), categories=steps,

@@ -24,7 +24,7 @@ from gradcam_cli.cams.targets import TargetChoice
 from gradcam_cli.errors import InputError, UsageError
 from gradcam_cli.evaluate import baselines
 from gradcam_cli.evaluate.measures import measures_of
-from gradcam_cli.evaluate.scoring import MapScores, Scoring, score_all
+from gradcam_cli.evaluate.scoring import MapScores, Scoring, score_maps
 from gradcam_cli.evaluate.summary import EvalTotals
 from gradcam_cli.geometry import map_to_original, plan_geometry, to_input_array
 from gradcam_cli.inputs.decode import load_image
@@ -72,14 +72,16 @@ class Evaluator:
         plan: EvalPlan,
         warn: Callable[[str], None] = lambda _m: None,
         checkpoint: Callable[[], None] = lambda: None,
+        doing: Callable[[str], None] = lambda _what: None,
     ) -> None:
         self.settings, self.plan = settings, plan
+        self.doing = doing  # what the batch is at, for a progress line
         self.warn = lambda message: warn(in_flags(message))
         self.checkpoint = checkpoint
         self.runs = self._prepare(settings, plan.methods)
         first = self.runs[0]
         self.model, self.device, self.loaded = first.model, first.device, first.loaded
-        self.scoring = replace(plan.scoring, checkpoint=checkpoint)
+        self.scoring = replace(plan.scoring, checkpoint=checkpoint, precision=first.options.precision, channels_last=first.channels_last)
         self.extras = Extras(self, plan.scoring.metrics, plan.boxes)
         self.totals = EvalTotals(measures_of(plan.scoring.metrics))
         self.classes = ClassIndex(self.loaded.class_names)
@@ -169,7 +171,10 @@ class Evaluator:
         x = torch.from_numpy(np.stack([item.array for item in batch])).to(self.device)
         sets = self._method_maps(x)
         sets.maps.update(baseline_maps(x, [str(item.source.path) for item in batch]))
-        scores = score_all(self.model, x, sets.maps, sets.classes, self.scoring)
+        scores = {}
+        for name, maps in sets.maps.items():
+            self.doing(f"scoring {name}'s maps of {len(batch)} images")
+            scores[name] = score_maps(self.model, x, maps, sets.classes, self.scoring)
         extra = self.extras.measure(x, batch, sets)
         return [self._record(item, row, name, scores[name], extra, sets) for row, item in enumerate(batch) for name in sets.maps]
 
@@ -180,6 +185,7 @@ class Evaluator:
         chosen = TargetChoice(classes=tuple(int(c) for c in classes.tolist()), per_image=True)
         sets = BatchMaps(maps={}, blank={}, finite={}, classes=classes, logits=first.logits.float())
         for run in self.runs:
+            self.doing(f"{run.method.name} maps of {x.shape[0]} images")
             cams = first if run is self.runs[0] else replace(run, targets=chosen).compute(x)
             name = run.method.name
             sets.maps[name] = torch.nan_to_num(cams.maps[:, 0].float())

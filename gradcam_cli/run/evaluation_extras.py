@@ -58,6 +58,7 @@ class EvaluatorView(Protocol):
     model: torch.nn.Module
     loaded: Any
     warn: Callable[[str], None]
+    doing: Callable[[str], None]
 
     def photo_map(self, item: Decoded, cam: torch.Tensor) -> np.ndarray: ...
 
@@ -126,6 +127,7 @@ class Extras:
         if self.regions is not None:
             self._pointing(batch, sets, measured)
         if self.stages:
+            self.evaluator.doing(f"sanity check of {x.shape[0]} images: the methods on {len(self.stages)} randomised stages")
             self._sanity(x, sets, measured)
         return measured
 
