@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The speed benchmark on a CUDA machine: resnet50 and vit_base_patch16_224, batch sizes 32 to 128,
 # fp32 and bf16, against pytorch-grad-cam (one image at a time, as its README does) when it is
-# installed; prints the table. About 4 minutes on one H200; never part of CI.
+# installed; then `gradcam eval`'s deletion and insertion against torchcam's when it is installed
+# (bf16 autocast, channels-last, chunks of 128); prints the tables. About 6 minutes on one H200;
+# never part of CI.
 #
 #   bash benchmarks/gpu.sh            # from the repository root
 set -euo pipefail
@@ -23,3 +25,9 @@ PY
 
 timeout 290 python benchmarks/speed.py --device cuda --models resnet50,vit_base_patch16_224 \
     --images 256 --rounds 1 --batch-sizes 32,128 --precisions fp32,bf16 "$@"
+
+if python -c "import torchcam" 2>/dev/null; then
+    timeout 200 python benchmarks/eval.py --device cuda --images 64 --chunk 128 --rounds 2
+else
+    echo "torchcam is not installed: no deletion/insertion comparison (pip install torchcam)"
+fi

@@ -318,3 +318,23 @@ def left_as_found(model: nn.Module) -> Iterator[dict[str, Any]]:
     before = model_state(model)
     yield before
     assert_left_as_found(model, before)
+
+
+def example_batch(side: int = 96) -> tuple[Any, Any, Any]:
+    """The shipped example model (eval mode, CPU), its 8 scenes as one batch at side x side (ImageNet normalisation),
+    and each scene's top class: the faithfulness, ROAD and sanity tests measure the same model on the same inputs."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from gradcam_cli.api import load_model
+
+    ready = load_model("test_resnet", weights=EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors", pretrained=False, device="cpu")
+    files = sorted((EXAMPLES / "shapes_images").glob("*.jpg"))
+    images = [Image.open(path).convert("RGB").resize((side, side), Image.BILINEAR) for path in files]
+    x = torch.from_numpy(np.stack([np.asarray(image, dtype=np.float32) / 255 for image in images])).permute(0, 3, 1, 2)
+    mean, std = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
+    x = (x - mean[:, None, None]) / std[:, None, None]
+    with torch.no_grad():
+        classes = ready.model(x).argmax(dim=1)
+    return ready.model, x, classes

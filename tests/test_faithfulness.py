@@ -17,25 +17,14 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
-from conftest import EXAMPLES
-
-MEAN, STD = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
+from conftest import example_batch
 
 
 @pytest.fixture(scope="module")
 def shapes():
     """The example model (eval mode) and its 8 scenes as one normalised batch."""
-    from gradcam_cli.api import load_model
-
-    ready = load_model("test_resnet", weights=EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors", pretrained=False, device="cpu")
-    images = [Image.open(p).convert("RGB").resize((96, 96), Image.BILINEAR) for p in sorted((EXAMPLES / "shapes_images").glob("*.jpg"))]
-    x = torch.from_numpy(np.stack([np.asarray(i, dtype=np.float32) / 255 for i in images])).permute(0, 3, 1, 2)
-    x = (x - MEAN[:, None, None]) / STD[:, None, None]
-    with torch.no_grad():
-        classes = ready.model(x).argmax(dim=1)
-    return ready.model, x, classes
+    return example_batch()
 
 
 @pytest.fixture(scope="module")

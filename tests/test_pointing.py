@@ -158,15 +158,13 @@ def test_a_class_makes_a_box_count_only_when_that_class_is_explained(tmp_path, s
 
 
 def test_the_box_convention_agrees_with_the_pointing_game_test(scenes):
-    """x1/y1 exclusive: the last pixel is x1-1, y1-1; with those, the exact distance is test_pointing_game's `_distance_to_box`."""
+    """x1/y1 exclusive (the last pixel is x1-1, y1-1), as test_pointing_game's `_distance_to_box` reads make_scene's box."""
     path, _, box, shape = scenes[0]
     mask, _ = object_mask([Region(box, None, None, "here")], shape, ANY_CLASS)
     assert mask is not None and mask.sum() == (box[2] - box[0]) * (box[3] - box[1])
-    x0, y0, x1, y1 = box
-    last_pixels = (x0, y0, x1 - 1, y1 - 1)
     for y in range(0, shape[0], 2):
         for x in range(0, shape[1], 3):
-            expected = _distance_to_box(x, y, last_pixels) <= POINTING_TOLERANCE_PX
+            expected = _distance_to_box(x, y, box) <= POINTING_TOLERANCE_PX
             assert pointing_hit(peaked(shape, x, y), mask) == float(expected), (x, y)
 
 

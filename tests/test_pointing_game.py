@@ -35,9 +35,10 @@ def _shapes():
 
 
 def _distance_to_box(x: int, y: int, box: tuple[int, int, int, int]) -> float:
+    """Pixels from (x, y) to make_scene's box, whose x1 and y1 are exclusive (the last pixel is x1-1, y1-1); 0 inside."""
     x0, y0, x1, y1 = box
-    dx = max(x0 - x, 0, x - x1)
-    dy = max(y0 - y, 0, y - y1)
+    dx = max(x0 - x, 0, x - (x1 - 1))
+    dy = max(y0 - y, 0, y - (y1 - 1))
     return float(np.hypot(dx, dy))
 
 

@@ -14,16 +14,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from PIL import Image
 
-from conftest import EXAMPLES, left_as_found
+from conftest import example_batch, left_as_found
 from gradcam_cli.evaluate.agreement import spearman, ssim
 from gradcam_cli.evaluate.baselines import sobel_edges
 from gradcam_cli.evaluate.sanity import SURVIVAL_THRESHOLD, cascade_steps, cascading_randomisation, reinitialise
 from gradcam_cli.layers.stages import stage_paths
 from gradcam_cli.model.state import eval_mode
-
-MEAN, STD = torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -113,15 +110,8 @@ def test_ssim_of_maps_smaller_than_the_window(shape):
 @pytest.fixture(scope="module")
 def shapes():
     """The example model (eval mode), its 8 scenes as one normalised batch at 96x96, and each scene's top class."""
-    from gradcam_cli.api import load_model
-
-    ready = load_model("test_resnet", weights=EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors", pretrained=False, device="cpu")
-    images = [Image.open(p).convert("RGB").resize((96, 96), Image.BILINEAR) for p in sorted((EXAMPLES / "shapes_images").glob("*.jpg"))]
-    x = torch.from_numpy(np.stack([np.asarray(i, dtype=np.float32) / 255 for i in images])).permute(0, 3, 1, 2)
-    x = (x - MEAN[:, None, None]) / STD[:, None, None]
-    with torch.no_grad():
-        classes = ready.model(x).argmax(dim=1)
-    return ready.model, x, classes.tolist()
+    model, x, classes = example_batch()
+    return model, x, classes.tolist()
 
 
 def activation_map(net: torch.nn.Module, x: torch.Tensor, path: str) -> torch.Tensor:

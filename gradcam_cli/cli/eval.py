@@ -173,7 +173,8 @@ class _Evaluation:
         if self.settings.outputs.report:
             self._report(output_dir)
         if not self.quiet and written:
-            self.streams.warn(f"evaluated {summary['images']} images; summaries in {output_dir}/ ({', '.join(p.name for p in written)})")
+            images = f"{summary['images']} image{'s' if summary['images'] != 1 else ''}"
+            self.streams.warn(f"evaluated {images}; summaries in {output_dir}/ ({', '.join(p.name for p in written)})")
 
     def _report(self, output_dir: Path) -> None:
         from gradcam_cli.report.build import build_report

@@ -37,7 +37,7 @@ MEASURES = (
     Measure("drop", Metric.drop, "average drop", higher_is_better=False, headline=True),
     Measure("drop_absolute", Metric.drop, "average drop (absolute)", higher_is_better=False),
     Measure("increase", Metric.increase, "increase in confidence", higher_is_better=True, headline=True),
-    Measure("road", Metric.road, "ROAD (LeRF − MoRF) / 2", higher_is_better=True, headline=True),
+    Measure("road", Metric.road, "ROAD (LeRF - MoRF) / 2", higher_is_better=True, headline=True),
     Measure("road_morf", Metric.road, "ROAD most relevant first", higher_is_better=False),
     Measure("road_lerf", Metric.road, "ROAD least relevant first", higher_is_better=True),
     Measure("pointing", Metric.pointing, "pointing game", higher_is_better=True, headline=True),

@@ -123,6 +123,7 @@ class EvalRecord:
     class_name: str | None = None
     probability: float | None = None
     blank: bool | None = None
+    topk: list[dict[str, Any]] = field(default_factory=list)  # the model's top classes, as explain's records
     metrics: dict[str, float | None] = field(default_factory=dict)
     fractions: list[float] = field(default_factory=list)  # the curves' x: the fraction of pixels removed or restored
     curves: dict[str, list[float]] = field(default_factory=dict)  # deletion, insertion: the class probability at each fraction

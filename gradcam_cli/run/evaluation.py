@@ -32,6 +32,7 @@ from gradcam_cli.inputs.sources import Source
 from gradcam_cli.inputs.truth import ClassIndex
 from gradcam_cli.layers.paths import resolve_layers
 from gradcam_cli.outputs.records import EvalRecord, TargetRecord
+from gradcam_cli.outputs.writer import TOPK_IN_RECORD
 from gradcam_cli.run.evaluation_extras import BatchMaps, Decoded, Extras, Measured
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.workers import default_workers, ordered_map
@@ -214,7 +215,8 @@ class Evaluator:
             return EvalRecord(input=path, ok=False, error=error, model=self.loaded.name, method=name)
         index = int(sets.classes[row])
         class_name = self.classes.names[index] if 0 <= index < len(self.classes.names) else None
-        probability = round(float(sets.logits[row].softmax(dim=0)[index]), 6)
+        probabilities = sets.logits[row].softmax(dim=0)
+        probability = round(float(probabilities[index]), 6)
         is_blank = bool(sets.blank[name][row]) if not baseline else False
         metrics = {key: values[row] for key, values in scores.measures.items()}
         metrics.update(extra.measures_of(name, row))
@@ -227,9 +229,18 @@ class Evaluator:
         return EvalRecord(
             input=path, ok=True, model=self.loaded.name, method=name, baseline=baseline, layers=run.layer_names() if run else [],
             width=int(item.photo.shape[1]), height=int(item.photo.shape[0]), class_index=index, class_name=class_name,
-            probability=probability, blank=is_blank, metrics=metrics, fractions=scores.fractions,
+            probability=probability, blank=is_blank, topk=self._topk(probabilities), metrics=metrics, fractions=scores.fractions,
             curves={key: rows[row] for key, rows in scores.curves.items()}, sanity=extra.sanity_of(name, row), targets=targets,
         )  # fmt: skip
+
+    def _topk(self, probabilities: torch.Tensor) -> list[dict[str, object]]:
+        """The model's top classes of the image, as explain's records list them (the report counts them)."""
+        top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
+        names = self.classes.names
+        return [
+            {"index": int(i), "name": names[int(i)] if int(i) < len(names) else None, "probability": round(float(p), 6)}
+            for p, i in zip(top.values, top.indices)
+        ]
 
     def photo_map(self, item: Decoded, cam: torch.Tensor) -> np.ndarray:
         """A map at the input size, put back on the photo as explain's `.npy` is."""
