@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
@@ -69,23 +69,61 @@ def load_model(
     labels: str | os.PathLike[str] | None = None,
     pretrained: bool = True,
     device: str | torch.device = "auto",
+    *,
+    model_kwargs: Mapping[str, Any] | None = None,
+    input_hw: tuple[int, int] | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    interpolation: str | None = None,
+    crop_pct: float | None = None,
 ) -> ReadyModel:
     """The model as `gradcam explain --model NAME` builds it: eval mode, its own data config and class names, placed.
 
     `weights`: a local checkpoint (.safetensors, or a .pth/.pt state dict); `labels`: a text file of class names,
     one a line; `pretrained=False`: seeded random weights (offline; the maps mean nothing). `device`: auto (CUDA,
     then MPS, then CPU), cpu, cuda, cuda:N or mps. Load once, then explain() any number of images with it.
+    `name` may also be your own code, `"path/to/net.py:build"` or `"package.module:build"` (it is imported and run),
+    with `model_kwargs` for the builder. `input_hw`, `mean`, `std` (0-1 scale), `interpolation` and `crop_pct`
+    override the preprocessing the model comes with (a model of your own comes with ImageNet's).
     """
+    preprocessing = _preprocessing(input_hw, mean, std, interpolation, crop_pct)
     if not isinstance(name, str) or not name.strip():
         raise UsageError(f"{name!r} is not a model name", hint="name a timm model ('resnet50'), 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
     placed_on = resolve_device(str(device))  # before the load, as a run does: a bad device costs no download
     weights_path, labels_path = (None if p is None else Path(p) for p in (weights, labels))
-    loaded = load_loaded_model(name, pretrained=bool(pretrained), weights=weights_path, labels=labels_path)
+    loaded = load_loaded_model(
+        name, pretrained=bool(pretrained), weights=weights_path, labels=labels_path, kwargs=model_kwargs, preprocessing=preprocessing
+    )
+    for notice in loaded.notices:
+        warnings.warn(spelled(notice), stacklevel=2)
     channels_last = place_model(loaded.model, placed_on)
     built = {f.name: getattr(loaded, f.name) for f in fields(LoadedModel)}
     return ReadyModel(
         **built, device=placed_on, channels_last=channels_last, pretrained=bool(pretrained), weights=weights_path, labels=labels_path
     )
+
+
+def _preprocessing(input_hw: Any, mean: Any, std: Any, interpolation: str | None, crop_pct: float | None) -> dict[str, Any]:
+    """The preprocessing overrides, checked by the CLI's own parsers (the same limits, the same messages)."""
+    from gradcam_cli.values import parse_channels, parse_input_size
+    from gradcam_cli.vocab import Interpolation, values
+
+    given: dict[str, Any] = {}
+    if input_hw is not None:
+        size = [input_hw] if isinstance(input_hw, int) else list(input_hw)
+        given["input_hw"] = parse_input_size("x".join(str(v) for v in size))
+    for key, value in (("mean", mean), ("std", std)):
+        if value is not None:
+            given[key] = parse_channels(key)(",".join(str(v) for v in ([value] if isinstance(value, (int, float)) else value)))
+    if interpolation is not None:
+        if str(interpolation) not in values(Interpolation):
+            raise UsageError(f"interpolation={interpolation!r} is unknown; use one of {', '.join(values(Interpolation))}")
+        given["interpolation"] = str(interpolation)
+    if crop_pct is not None:
+        if not 0.05 <= float(crop_pct) <= 1:
+            raise UsageError(f"crop_pct={crop_pct}: must be between 0.05 and 1")
+        given["crop_pct"] = float(crop_pct)
+    return given
 
 
 def _ready(model: ReadyModel | str) -> ReadyModel:

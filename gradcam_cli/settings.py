@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gradcam_cli.errors import UsageError, spelled
-from gradcam_cli.vocab import Colormap, Combine, Method, Norm, Precision, Style, values
+from gradcam_cli.values import parse_channels, parse_grid, parse_input_size, parse_kwarg
+from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, values
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
 
@@ -28,6 +29,18 @@ class ModelSettings:
     pretrained: bool = True
     weights: Path | None = None
     labels: Path | None = None
+    kwargs: tuple[tuple[str, Any], ...] = ()  # for the model's builder, in the order given
+    input_size: tuple[int, int] | None = None  # the preprocessing, where it overrides the model's own data config
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    interpolation: Interpolation | None = None
+    crop_pct: float | None = None
+
+    def preprocessing(self) -> dict[str, Any]:
+        """The preprocessing the user set (input_hw, mean, std, interpolation, crop_pct), the rest left to the model."""
+        given: dict[str, Any] = {"input_hw": self.input_size, "mean": self.mean, "std": self.std, "crop_pct": self.crop_pct}
+        given["interpolation"] = self.interpolation.value if self.interpolation else None
+        return {key: value for key, value in given.items() if value is not None}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,20 +146,6 @@ class Option:
         return values(self.kind) if isinstance(self.kind, type) and issubclass(self.kind, Enum) else None
 
 
-def parse_grid(text: str) -> tuple[int, int]:
-    """`14x14` or `14` → (14, 14): the rows and columns of a layer's tokens."""
-    parts = text.lower().replace("×", "x").split("x")
-    try:
-        sizes = [int(p) for p in parts]
-    except ValueError:
-        sizes = []
-    if len(sizes) == 1:
-        sizes = sizes * 2
-    if len(sizes) != 2 or min(sizes) < 1:
-        raise UsageError(f"⟨grid='{text}'⟩ is not a size like 14x14 (rows x columns of the layer's tokens)")
-    return sizes[0], sizes[1]
-
-
 # A table, one option per entry, read down the page: the formatter leaves it as written.
 # fmt: off
 OPTIONS: tuple[Option, ...] = (
@@ -154,8 +153,12 @@ OPTIONS: tuple[Option, ...] = (
            help="Images, folders, glob patterns, or - to read paths from stdin (one per line).",
            doc="image files, folders, glob patterns (`'data/**/*.png'`), or `-` for paths on stdin (one per line)"),
     Option(name="model", flags=("--model", "-m"), kind=str, default=None, group="model", field="name", metavar="NAME",
-           help="timm name (tags and hf-hub:ORG/NAME work) or torchvision:ARCH.",
-           doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`) or `torchvision:ARCH`"),
+           help="timm name (tags and hf-hub:ORG/NAME work), torchvision:ARCH, or your code: path/net.py:build or "
+                "package.module:build (this runs that code).",
+           doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`), `torchvision:ARCH`, or your own code: "
+               "`path/to/net.py:build` or `package.module:build`, a callable returning an `nn.Module` (a class, a "
+               "factory) or a module instance, by name. **This imports and runs that code**, as you ask; see "
+               "[Your own model](#your-own-model)"),
     Option(name="pretrained", flags=("--pretrained/--no-pretrained",), kind=bool, default=True, group="model",
            help="Load the hub's pretrained weights (ignored with --weights).",
            doc="load the hub's pretrained weights (default) or start from random weights"),
@@ -166,6 +169,29 @@ OPTIONS: tuple[Option, ...] = (
                "is read from the checkpoint's classifier"),
     Option(name="labels", flags=("--labels",), kind=Path, default=None, group="model", metavar="FILE", path=True,
            help="Class names, one per line.", doc="class names, one per line (ImageNet models have theirs built in)"),
+    Option(name="model_kwargs", flags=("--model-kwargs",), kind=list, default=None, group="model", field="kwargs",
+           metavar="KEY=VALUE", convert=parse_kwarg,
+           help="Keyword argument for the model's builder (your factory, timm, torchvision), the value as JSON; repeat for several.",
+           doc="a keyword argument for whatever builds the model (your factory, `timm.create_model`, torchvision's "
+               "`get_model`), repeatable; the value is read as JSON (`depth=18`, `dims=[64,128]`, `act=\"gelu\"`), else "
+               "kept as text (`act=gelu`)"),
+    Option(name="input_size", flags=("--input-size",), kind=str, default=None, group="model", metavar="HxW",
+           convert=parse_input_size,
+           help="Model input size (224, 160x192 or 3x224x224); overrides the model's data config.",
+           doc="the model's input size, `224`, `160x192` or timm's `3x224x224`; with `--mean`, `--std`, "
+               "`--interpolation` and `--crop-pct` (timm's names) it overrides the model's own data config, for any model"),
+    Option(name="mean", flags=("--mean",), kind=str, default=None, group="model", metavar="R,G,B", convert=parse_channels("mean"),
+           help="Normalisation mean per channel, 0-1 scale (one value for all three).",
+           doc="normalisation mean per channel on the 0-1 scale (values above 1.5 are read as 0-255), or one value for all"),
+    Option(name="std", flags=("--std",), kind=str, default=None, group="model", metavar="R,G,B", convert=parse_channels("std"),
+           help="Normalisation std per channel, 0-1 scale (one value for all three).",
+           doc="normalisation standard deviation per channel, as `--mean`"),
+    Option(name="interpolation", flags=("--interpolation",), kind=Interpolation, default=None, group="model",
+           help="Resampling filter of the resize to the input size.",
+           doc="the resampling filter of the resize to the input size: " + ", ".join(f"`{i}`" for i in values(Interpolation))),
+    Option(name="crop_pct", flags=("--crop-pct",), kind=float, default=None, group="model", metavar="F", minimum=0.05, maximum=1,
+           help="With --crop: the centre crop's share of the resized image (0.875 for ImageNet's 224 of 256).",
+           doc="with `--crop`: the centre crop's share of the resized image (ImageNet's 224 of 256 is `0.875`)"),
     Option(name="layers", flags=("--layer", "-l"), kind=list, default=None, group="target", metavar="PATH", aliases=("layer",),
            help="Target layer as a dotted path (negative indices count from the end); repeat to combine. Default: per model family.",
            doc="target layer, repeatable (maps are combined, see `--combine`, then renormalised). Default: per family, see below"),
@@ -333,7 +359,7 @@ def _checked(option: Option, value: Any) -> Any:
             raise UsageError(f"{named(option)} '{value}' is unknown; use one of {', '.join(option.choices)}")
         return option.kind(text)
     if option.kind is list:
-        return tuple(str(v) for v in value)
+        return tuple(option.convert(str(v)) if option.convert else str(v) for v in value)
     if option.kind is Path:
         return Path(value)
     if option.convert is not None:

@@ -83,6 +83,17 @@ def values(enum: type[Enum]) -> list[str]:
     return [str(member.value) for member in enum]
 
 
+class Interpolation(str, Enum):
+    """How an image is resized to the model's input (Pillow's filters, by timm's names)."""
+
+    bilinear = "bilinear"
+    bicubic = "bicubic"
+    nearest = "nearest"
+    lanczos = "lanczos"
+    box = "box"
+    hamming = "hamming"
+
+
 class Metric(str, Enum):
     """What `gradcam eval` measures of each method's maps, in the order its table shows them."""
 

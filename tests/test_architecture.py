@@ -16,7 +16,7 @@ from conftest import ROOT
 PACKAGE = ROOT / "gradcam_cli"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "vocab", "settings", "model.state"}),
+    ("leaves", {"errors", "vocab", "values", "settings", "model.state"}),
     ("models", {"model", "model.*"}),
     ("tensors and pixels", {"layout", "geometry", "maps"}),
     ("layers", {"layers", "layers.*"}),

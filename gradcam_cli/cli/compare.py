@@ -147,7 +147,12 @@ class _Comparison:
         from gradcam_cli.run.prepare import NO_PRETRAINED
 
         model = self.settings.model
-        ready = api.load_model(model.name, model.weights, model.labels, pretrained=model.pretrained, device=self.settings.run.device)
+        ready = api.load_model(
+            model.name, model.weights, model.labels, pretrained=model.pretrained, device=self.settings.run.device,
+            model_kwargs=dict(model.kwargs), **model.preprocessing(),
+        )  # fmt: skip
+        for notice in ready.notices:
+            self.warn(notice)
         if not model.pretrained and model.weights is None:
             self.warn(NO_PRETRAINED)
         if paths is None:

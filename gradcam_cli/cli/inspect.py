@@ -10,15 +10,20 @@ import typer
 from gradcam_cli.cli.console import write_line
 from gradcam_cli.cli.explain import command_streams
 from gradcam_cli.errors import ExitCode
-from gradcam_cli.settings import in_flags
+from gradcam_cli.cli.options import parameter
+from gradcam_cli.settings import BY_NAME, in_flags
+from gradcam_cli.values import parse_input_size, parse_kwarg
+
+LAYERS_TABLE_OPTIONS = ("model_kwargs", "input_size")  # what builds and probes the model as explain would
 
 
 def layers(
     ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:).")],
+    model: Annotated[str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:, or your own path/net.py:build).")],
     depth: Annotated[int | None, typer.Option("--depth", "-d", help="Show modules down to this depth.", min=0)] = None,
     filter_text: Annotated[str | None, typer.Option("--filter", "-f", help="Only modules whose name or type contains this.")] = None,
     json_lines: Annotated[bool, typer.Option("--json", help="One JSON record per module.")] = False,
+    **given: Any,
 ) -> int:
     """Print the module tree with output shapes and layouts; the default target is marked."""
     from gradcam_cli.layers.defaults import default_layer_paths
@@ -27,10 +32,11 @@ def layers(
     from gradcam_cli.model.data_config import default_input_hw
     from gradcam_cli.model.load import build_model, num_prefix_tokens
 
-    net, source, arch = build_model(model, pretrained=False)
+    kwargs = dict(parse_kwarg(text) for text in given.get("model_kwargs") or ())
+    net, source, arch = build_model(model, pretrained=False, kwargs=kwargs)
     net.eval()
     defaults = [layer.name for layer in resolve_layers(net, default_layer_paths(net, arch, source), model)]
-    input_hw = default_input_hw(net)
+    input_hw = parse_input_size(given["input_size"]) if given.get("input_size") else default_input_hw(net)
     rows = layer_rows(net, input_hw, defaults, num_prefix_tokens(net, source, arch))
     streams = command_streams(ctx)
     needle = (filter_text or "").lower()
@@ -63,3 +69,20 @@ def methods(ctx: typer.Context) -> int:
     for method in METHODS.values():
         write_line(command_streams(ctx).stdout, f"{method.name:<{width}}  {in_flags(method.summary)} [{method.passes}]")
     return ExitCode.OK
+
+
+def _with_table_options(command: Any, names: tuple[str, ...]) -> None:
+    """The command's own parameters, then these options of the table, as typer reads them."""
+    import inspect
+    import typing
+
+    hints = typing.get_type_hints(command, include_extras=True)  # the annotations as objects: typer reads their options
+    own = [
+        p.replace(annotation=hints.get(p.name, p.annotation))
+        for p in inspect.signature(command).parameters.values()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    command.__signature__ = inspect.Signature([*own, *(parameter(BY_NAME[name]) for name in names)])
+
+
+_with_table_options(layers, LAYERS_TABLE_OPTIONS)

@@ -9,8 +9,10 @@ SOURCES.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
+from gradcam_cli.model.code_hub import CODE
 from gradcam_cli.model.timm_hub import TIMM
 from gradcam_cli.model.torchvision_hub import TORCHVISION
 
@@ -35,14 +37,18 @@ class ModelSource(Protocol):
     def downloads(self, arch: str, pretrained: bool) -> bool:
         """Whether building reaches for the network, so the download is planned and the libraries kept quiet."""
 
-    def build(self, arch: str, pretrained: bool, num_classes: int | None) -> nn.Module:
-        """The network; num_classes None keeps the hub's own head. UsageError for an unknown arch."""
+    def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
+        """The network; num_classes None keeps the hub's own head; kwargs go to the builder (⟨model_kwargs⟩). UsageError
+        for an unknown arch."""
 
     def weights_location(self, arch: str) -> tuple[str, str] | None:
         """('hf', Hugging Face endpoint) or ('url', download URL) of the pretrained weights; None: no request."""
 
     def data_config(self, model: nn.Module, arch: str) -> DataConfig:
         """The preprocessing the model's weights expect: input size, mean, std, interpolation, crop."""
+
+    def data_config_notice(self, arch: str) -> str | None:
+        """What to say when data_config is a guess (the user's own model has none), else None."""
 
     def class_names(self, model: nn.Module, arch: str, num_classes: int) -> list[str] | None:
         """Class names from the hub's metadata (ImageNet heads), when the head fits them; else None."""
@@ -57,8 +63,8 @@ class ModelSource(Protocol):
         """Prefix tokens (class, distillation, register) the family prepends when the module does not say."""
 
 
-# Asked in order; timm is last because it reads every name (its own, hf-hub:).
-SOURCES: tuple[ModelSource, ...] = (TORCHVISION, TIMM)
+# Asked in order: `torchvision:` before the user's `module:name`; timm is last because it reads every name (its own, hf-hub:).
+SOURCES: tuple[ModelSource, ...] = (TORCHVISION, CODE, TIMM)
 
 
 def source_for(name: str) -> tuple[ModelSource, str]:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gradcam_cli.errors import GradcamError, UsageError
 from gradcam_cli.model.checkpoint import checkpoint_num_classes, classifier_name, load_checkpoint, read_state_dict
@@ -38,6 +39,7 @@ class LoadedModel:
     data_config: DataConfig
     class_names: list[str] | None
     num_prefix_tokens: int | None
+    notices: list[str]  # what the run says once it starts (a guessed data config)
 
     @property
     def num_classes(self) -> int | None:
@@ -67,8 +69,10 @@ def _seed_random_init() -> None:
     torch.manual_seed(0)
 
 
-def build_model(name: str, pretrained: bool = True, num_classes: int | None = None) -> tuple[nn.Module, ModelSource, str]:
-    """The bare module, the hub that built it and the architecture name."""
+def build_model(
+    name: str, pretrained: bool = True, num_classes: int | None = None, kwargs: Mapping[str, Any] | None = None
+) -> tuple[nn.Module, ModelSource, str]:
+    """The bare module, the hub that built it and the architecture name; kwargs go to the hub's builder."""
     label = name.strip()
     source, arch = source_for(label)
     if not arch:
@@ -82,7 +86,7 @@ def build_model(name: str, pretrained: bool = True, num_classes: int | None = No
     quiet = library_noise_off() if downloads else contextlib.nullcontext()
     with contextlib.redirect_stdout(sys.stderr), quiet, hub_offline(unreachable is not None):
         try:
-            return source.build(arch, pretrained, num_classes), source, arch
+            return source.build(arch, pretrained, num_classes, kwargs), source, arch
         except GradcamError:
             raise
         except Exception as error:  # noqa: BLE001 - the libraries fail in many ways; the user gets one line
@@ -95,20 +99,28 @@ def load_model(
     pretrained: bool = True,
     weights: Path | None = None,
     labels: Path | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    preprocessing: Mapping[str, Any] | None = None,
 ) -> LoadedModel:
-    """Build, load weights, and attach the model's own data config and class names."""
+    """Build, load weights, and attach the model's own data config and class names.
+
+    `kwargs` go to the builder (⟨model_kwargs⟩); `preprocessing` (input_hw, mean, std, interpolation, crop_pct)
+    overrides the data config the model comes with, where the user knows better or the model has none.
+    """
     label_names = read_labels(labels) if labels is not None else None
     state = read_state_dict(weights) if weights is not None else None
-    model, source, arch = build_model(name, pretrained=pretrained and state is None)
+    model, source, arch = build_model(name, pretrained=pretrained and state is None, kwargs=kwargs)
     if state is not None:
         wanted = checkpoint_num_classes(model, state, weights)
         if wanted is not None and wanted != num_outputs(model):
-            model, source, arch = build_model(name, pretrained=False, num_classes=wanted)
+            model, source, arch = build_model(name, pretrained=False, num_classes=wanted, kwargs=kwargs)
         load_checkpoint(model, state, weights)  # type: ignore[arg-type]
     model.eval()
     outputs = num_outputs(model)
     if label_names is not None and outputs is not None and len(label_names) != outputs:
         raise UsageError(f"⟨labels={labels}⟩ names {len(label_names)} classes but the model has {outputs} outputs")
     names = label_names or (source.class_names(model, arch, outputs) if outputs else None)
-    config = source.data_config(model, arch)
-    return LoadedModel(model, name.strip(), source, arch, config, names, num_prefix_tokens(model, source, arch))
+    config = replace(source.data_config(model, arch), **dict(preprocessing or {}))
+    guessed = source.data_config_notice(arch)
+    notices = [guessed] if guessed and not {"input_hw", "mean", "std"} <= set(preprocessing or {}) else []
+    return LoadedModel(model, name.strip(), source, arch, config, names, num_prefix_tokens(model, source, arch), notices)

@@ -7,6 +7,8 @@ wants the answers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from typing import Any
 
 from gradcam_cli.errors import UsageError
@@ -33,8 +35,8 @@ class TimmHub:
         """Pretrained weights come from the network; hf-hub names fetch their config either way."""
         return pretrained or arch.startswith(HF_HUB_PREFIX)
 
-    def build(self, arch: str, pretrained: bool, num_classes: int | None) -> nn.Module:
-        """timm.create_model, after a check that names close matches for a typo."""
+    def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
+        """timm.create_model (with the user's ⟨model_kwargs⟩), after a check that names close matches for a typo."""
         import timm
 
         if not arch.startswith(HF_HUB_PREFIX) and not timm.is_model(arch):
@@ -43,8 +45,13 @@ class TimmHub:
                 f"unknown model '{arch}'{closest(arch.split('.')[0], known)}; "
                 "name a timm model (timm.list_models()), 'hf-hub:ORG/NAME', or 'torchvision:ARCH'"
             )
-        kwargs: dict[str, Any] = {} if num_classes is None else {"num_classes": num_classes}
-        return timm.create_model(arch, pretrained=pretrained, **kwargs)
+        given: dict[str, Any] = dict(kwargs or {})
+        if num_classes is not None:
+            given["num_classes"] = num_classes
+        return timm.create_model(arch, pretrained=pretrained, **given)
+
+    def data_config_notice(self, arch: str) -> str | None:
+        return None  # timm's models carry their data config
 
     def weights_location(self, arch: str) -> tuple[str, str] | None:
         """('hf', hub endpoint) or ('url', download URL), as timm itself would choose; None: nothing to fetch."""

@@ -7,6 +7,8 @@ default target layers are a table of families here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from typing import Any
 
 from gradcam_cli.errors import UsageError
@@ -64,7 +66,7 @@ class TorchvisionHub:
         """Only pretrained weights are fetched: the architectures ship with torchvision."""
         return pretrained
 
-    def build(self, arch: str, pretrained: bool, num_classes: int | None) -> nn.Module:
+    def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
         """torchvision.models.get_model with the DEFAULT weights, after a check that names close matches."""
         import torchvision
 
@@ -74,8 +76,13 @@ class TorchvisionHub:
                 f"unknown torchvision model '{arch}'{closest(arch, names)}; "
                 "torchvision classification models are listed by torchvision.models.list_models()"
             )
-        kwargs = {} if num_classes is None else {"num_classes": num_classes}
-        return torchvision.models.get_model(arch, weights="DEFAULT" if pretrained else None, **kwargs)
+        given: dict[str, Any] = dict(kwargs or {})
+        if num_classes is not None:
+            given["num_classes"] = num_classes
+        return torchvision.models.get_model(arch, weights="DEFAULT" if pretrained else None, **given)
+
+    def data_config_notice(self, arch: str) -> str | None:
+        return None  # the weights' transforms, or the ImageNet statistics torchvision's models are trained with
 
     def weights_location(self, arch: str) -> tuple[str, str] | None:
         """('url', the DEFAULT weights' URL): torch.hub downloads it; None when there are none."""

@@ -55,6 +55,7 @@ class ImageRecord:
     ok: bool
     error: str | None = None
     model: str | None = None
+    source: str | None = None  # the hub that built the model: timm, torchvision, or code (the user's own)
     layers: list[str] = field(default_factory=list)
     method: str | None = None
     device: str | None = None

@@ -108,6 +108,7 @@ class Evaluator:
         """What eval.json and the runs file say of the run."""
         return {
             "model": self.loaded.name,
+            "source": self.loaded.source.name,
             "methods": [run.method.name for run in self.runs],
             "baselines": list(BASELINES),
             "layers": {run.method.name: run.layer_names() for run in self.runs},

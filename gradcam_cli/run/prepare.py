@@ -80,6 +80,7 @@ class PreparedRun:
         settings, maps = self.settings, self.settings.maps
         return {
             "model": self.loaded.name,
+            "source": self.loaded.source.name,
             "layers": self.layer_names(),
             "method": self.method.name,
             "device": str(self.device),
@@ -129,10 +130,13 @@ def prepare_run(
     )
     model = settings.model
     if loaded is None:
-        loaded = model_load.load_model(model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels)
+        loaded = model_load.load_model(
+            model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels, kwargs=dict(model.kwargs),
+            preprocessing=model.preprocessing(),
+        )  # fmt: skip
     paths = list(settings.target.layers) or default_layer_paths(loaded.model, loaded.arch, loaded.source)
     layers = resolve_layers(loaded.model, paths, loaded.name)
-    said: list[str] = []
+    said: list[str] = list(loaded.notices)
     outputs = model_load.num_outputs(loaded.model)
     targets = _fit_topk(target_choice(settings.target.classes, settings.target.topk, loaded.class_names), outputs, said.append)
     if not model.pretrained and model.weights is None:
