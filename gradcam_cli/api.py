@@ -36,6 +36,7 @@ from gradcam_cli.outputs.render import guided_photo, photo_maps
 from gradcam_cli.outputs.writer import caption_for, image_record, target_record
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.settings import DEFAULT_MAX_PIXELS, ExplainSettings, ModelSettings, build_settings
+from gradcam_cli.values import checked_preprocessing
 
 import torch
 from torch import nn
@@ -76,6 +77,8 @@ def load_model(
     std: Sequence[float] | None = None,
     interpolation: str | None = None,
     crop_pct: float | None = None,
+    ema: bool = False,
+    output: str | None = None,
 ) -> ReadyModel:
     """The model as `gradcam explain --model NAME` builds it: eval mode, its own data config and class names, placed.
 
@@ -84,15 +87,23 @@ def load_model(
     then MPS, then CPU), cpu, cuda, cuda:N or mps. Load once, then explain() any number of images with it.
     `name` may also be your own code, `"path/to/net.py:build"` or `"package.module:build"` (it is imported and run),
     with `model_kwargs` for the builder. `input_hw`, `mean`, `std` (0-1 scale), `interpolation` and `crop_pct`
-    override the preprocessing the model comes with (a model of your own comes with ImageNet's).
+    override the preprocessing the model comes with (a model of your own comes with ImageNet's); `ema=True` loads the
+    checkpoint's EMA weights; `output` the key, attribute or index of the forward's result with the class scores.
     """
-    preprocessing = _preprocessing(input_hw, mean, std, interpolation, crop_pct)
+    preprocessing = checked_preprocessing(input_hw, mean, std, interpolation, crop_pct)
     if not isinstance(name, str) or not name.strip():
         raise UsageError(f"{name!r} is not a model name", hint="name a timm model ('resnet50'), 'hf-hub:ORG/NAME' or 'torchvision:ARCH'")
     placed_on = resolve_device(str(device))  # before the load, as a run does: a bad device costs no download
     weights_path, labels_path = (None if p is None else Path(p) for p in (weights, labels))
     loaded = load_loaded_model(
-        name, pretrained=bool(pretrained), weights=weights_path, labels=labels_path, kwargs=model_kwargs, preprocessing=preprocessing
+        name,
+        pretrained=bool(pretrained),
+        weights=weights_path,
+        labels=labels_path,
+        kwargs=model_kwargs,
+        preprocessing=preprocessing,
+        ema=bool(ema),
+        output=None if output is None else str(output),
     )
     for notice in loaded.notices:
         warnings.warn(spelled(notice), stacklevel=2)
@@ -101,29 +112,6 @@ def load_model(
     return ReadyModel(
         **built, device=placed_on, channels_last=channels_last, pretrained=bool(pretrained), weights=weights_path, labels=labels_path
     )
-
-
-def _preprocessing(input_hw: Any, mean: Any, std: Any, interpolation: str | None, crop_pct: float | None) -> dict[str, Any]:
-    """The preprocessing overrides, checked by the CLI's own parsers (the same limits, the same messages)."""
-    from gradcam_cli.values import parse_channels, parse_input_size
-    from gradcam_cli.vocab import Interpolation, values
-
-    given: dict[str, Any] = {}
-    if input_hw is not None:
-        size = [input_hw] if isinstance(input_hw, int) else list(input_hw)
-        given["input_hw"] = parse_input_size("x".join(str(v) for v in size))
-    for key, value in (("mean", mean), ("std", std)):
-        if value is not None:
-            given[key] = parse_channels(key)(",".join(str(v) for v in ([value] if isinstance(value, (int, float)) else value)))
-    if interpolation is not None:
-        if str(interpolation) not in values(Interpolation):
-            raise UsageError(f"interpolation={interpolation!r} is unknown; use one of {', '.join(values(Interpolation))}")
-        given["interpolation"] = str(interpolation)
-    if crop_pct is not None:
-        if not 0.05 <= float(crop_pct) <= 1:
-            raise UsageError(f"crop_pct={crop_pct}: must be between 0.05 and 1")
-        given["crop_pct"] = float(crop_pct)
-    return given
 
 
 def _ready(model: ReadyModel | str) -> ReadyModel:

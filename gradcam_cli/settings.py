@@ -3,7 +3,7 @@
 Every option is written once, in `OPTIONS`: its flags, default, help, README
 text, preset key, kind and checks. The command's flags (cli/explain.py), the
 preset keys and their converters (cli/presets.py), the README's option table
-and preset key list (`markdown_table`, `preset_keys`, checked by tests) all
+and preset key list (tools/readme_options.py, checked by tests) all
 derive from it, and `build_settings` checks a value the same way whether it
 came from a flag or a preset. Torch-free: the CLI imports it before the engine.
 """
@@ -29,6 +29,8 @@ class ModelSettings:
     pretrained: bool = True
     weights: Path | None = None
     labels: Path | None = None
+    ema: bool = False  # the checkpoint's EMA weights instead of its weights
+    output: str | None = None  # the key, attribute or index of the forward's result holding the class scores
     kwargs: tuple[tuple[str, Any], ...] = ()  # for the model's builder, in the order given
     input_size: tuple[int, int] | None = None  # the preprocessing, where it overrides the model's own data config
     mean: tuple[float, float, float] | None = None
@@ -167,6 +169,14 @@ OPTIONS: tuple[Option, ...] = (
            doc="your checkpoint: `.safetensors`, or a `.pth`/`.pt` state dict (loaded with `weights_only=True`; pickled "
                "code is refused). `state_dict`/`model` wrappers and `module.` prefixes are unwrapped; the number of classes "
                "is read from the checkpoint's classifier"),
+    Option(name="ema", flags=("--ema",), kind=bool, default=False, group="model",
+           help="Load the checkpoint's EMA weights (timm's state_dict_ema) instead of its weights.",
+           doc="with `--weights`: the exponential moving average of the weights the training kept (timm's "
+               "`state_dict_ema`, `model_ema`) instead of the weights"),
+    Option(name="output", flags=("--output",), kind=str, default=None, group="model", metavar="KEY|INDEX",
+           help="Where the class scores are in what the forward returns (a key, attribute or index).",
+           doc="where the class scores are in what the model's forward returns: a dict key or attribute (`logits`), or a "
+               "tuple index (`0`). Without it: `logits`, then `out`, then the first tensor"),
     Option(name="labels", flags=("--labels",), kind=Path, default=None, group="model", metavar="FILE", path=True,
            help="Class names, one per line.", doc="class names, one per line (ImageNet models have theirs built in)"),
     Option(name="model_kwargs", flags=("--model-kwargs",), kind=list, default=None, group="model", field="kwargs",
@@ -369,30 +379,3 @@ def _checked(option: Option, value: Any) -> Any:
     if option.maximum is not None and not (option.minimum or 0) <= float(value) <= option.maximum:
         raise UsageError(f"⟨{option.name}={float(value)}⟩: must be between {option.minimum or 0:g} and {option.maximum:g}")
     return option.kind(value)
-
-
-def markdown_table() -> str:
-    """The README's table of `gradcam explain`'s arguments and options, from the table (a test keeps them equal)."""
-    rows = ["| option | meaning |", "|---|---|"]
-    for option in OPTIONS:
-        rows.append(f"| `{_shown_flags(option)}` | {option.doc or option.help} |")
-    return "\n".join(rows)
-
-
-def _shown_flags(option: Option) -> str:
-    """`-m, --model NAME`, `--relu / --no-relu`, `--norm minmax\\|none`: the spelling a reader types."""
-    if not option.flags:
-        return option.metavar
-    longs = [f for f in option.flags if f.startswith("--")]
-    shorts = [f for f in option.flags if not f.startswith("--")]
-    text = ", ".join([*shorts, *(f.replace("/", " / ") for f in longs)])
-    metavar = option.metavar.replace("|", "\\|")
-    choices = option.choices
-    if choices is not None and len(choices) <= 3:
-        return text + " " + "\\|".join(choices)
-    return f"{text} {metavar}" if metavar and option.kind is not bool else text
-
-
-def preset_key_list() -> str:
-    """The README's list of preset keys: the option names (the singular aliases are said beside it)."""
-    return ", ".join(option.name for option in OPTIONS if option.preset)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gradcam_cli.errors import UsageError
+from gradcam_cli.vocab import Interpolation, values
 
 
 def parse_grid(text: str) -> tuple[int, int]:
@@ -74,3 +75,24 @@ def parse_channels(name: str) -> Callable[[str], tuple[float, float, float]]:
         return values_[0], values_[1], values_[2]
 
     return parse
+
+
+def checked_preprocessing(input_hw: Any, mean: Any, std: Any, interpolation: str | None, crop_pct: float | None) -> dict[str, Any]:
+    """The Python API's preprocessing overrides, checked by the CLI's parsers (the same limits, the same messages)."""
+
+    given: dict[str, Any] = {}
+    if input_hw is not None:
+        size = [input_hw] if isinstance(input_hw, int) else list(input_hw)
+        given["input_hw"] = parse_input_size("x".join(str(v) for v in size))
+    for key, value in (("mean", mean), ("std", std)):
+        if value is not None:
+            given[key] = parse_channels(key)(",".join(str(v) for v in ([value] if isinstance(value, (int, float)) else value)))
+    if interpolation is not None:
+        if str(interpolation) not in values(Interpolation):
+            raise UsageError(f"interpolation={interpolation!r} is unknown; use one of {', '.join(values(Interpolation))}")
+        given["interpolation"] = str(interpolation)
+    if crop_pct is not None:
+        if not 0.05 <= float(crop_pct) <= 1:
+            raise UsageError(f"crop_pct={crop_pct}: must be between 0.05 and 1")
+        given["crop_pct"] = float(crop_pct)
+    return given

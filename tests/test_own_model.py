@@ -51,6 +51,22 @@ def returns_int():
 
 instance = build()
 not_a_model = 42
+
+
+class Named(nn.Module):
+    # returns {"features": ..., key: logits}; with pair (logits, probabilities); with none no tensor at all
+
+    def __init__(self, key="logits", pair=False, none=False):
+        super().__init__()
+        self.inner, self.key, self.pair, self.none = build(), key, pair, none
+
+    def forward(self, x):
+        logits = self.inner(x)
+        if self.none:
+            return {"count": 3}
+        if self.pair:
+            return logits, logits.softmax(dim=1)
+        return {"features": torch.zeros(x.shape[0], 2, 2, 2), self.key: logits}
 """
 
 
@@ -133,7 +149,7 @@ def test_a_checkpoint_of_your_network_with_another_head(run_cli, code: Path) -> 
     ("args", "says"),
     [
         (("--model", "missing.py:build"), "--model: no such file missing.py"),
-        (("--model", "net.py:nothing"), "net.py has no 'nothing'; it has Featurizer, broken, build, instance"),
+        (("--model", "net.py:nothing"), "net.py has no 'nothing'; it has Featurizer, Named, broken, build, instance"),
         (("--model", "net.py:broken"), "calling net.py:broken failed: ValueError: width must be even (net.py, line"),
         (("--model", "net.py:not_a_model"), "is of type int: neither a module nor something that builds one"),
         (("--model", "net.py:returns_int"), "returned an object of type int, not a torch.nn.Module"),
@@ -171,3 +187,120 @@ def test_layers_lists_your_network_and_paths_reach_inside_it(run_cli, code: Path
     inner = run_cli("explain", "photo.png", "--model", "net.py:build", "--layer", "0.network.layer4.1.conv1", "--json", "-o", "out")
     assert inner.code == 0, inner.stderr
     assert inner.records()[0]["layers"] == ["0.network.layer4.1.conv1"]
+
+
+def _saved_states(folder: Path) -> tuple[dict, dict]:
+    """Two different state dicts of timm's test_resnet (random, seeded), as a training run would leave them."""
+    import timm
+    import torch
+
+    states = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        states.append(timm.create_model("test_resnet", pretrained=False, num_classes=4).state_dict())
+    return states[0], states[1]
+
+
+def _probability(run_cli, *args) -> float:
+    result = run_cli("explain", "photo.png", "--model", "test_resnet", *args, "--json", "-o", "out")
+    assert result.code == 0, result.stderr
+    return result.records()[0]["topk"][0]["probability"]
+
+
+def test_a_lightning_checkpoint_is_read_under_its_prefix_and_says_so(run_cli, code: Path) -> None:
+    import torch
+
+    plain, _ = _saved_states(code)
+    torch.save(plain, code / "plain.pth")
+    wrapped = {"model." + key: value for key, value in plain.items()} | {"criterion.pos_weight": torch.ones(4)}
+    torch.save({"state_dict": wrapped, "epoch": 3, "global_step": 120, "hyper_parameters": {"lr": 0.1}}, code / "last.ckpt")
+    result = run_cli("explain", "photo.png", "--model", "test_resnet", "--weights", "last.ckpt", "--json", "-o", "out")
+    assert result.code == 0, result.stderr
+    assert "the model's weights are under 'model.' (a training wrapper's name), taken from there" in result.stderr
+    assert "1 other tensors left out (criterion)" in result.stderr
+    assert result.records()[0]["topk"][0]["probability"] == _probability(run_cli, "--weights", "plain.pth")
+
+
+def test_ema_weights_with_ema_and_the_weights_without(run_cli, code: Path) -> None:
+    import torch
+
+    weights, averaged = _saved_states(code)
+    torch.save({"state_dict": weights, "state_dict_ema": averaged, "epoch": 9}, code / "train.pth.tar")
+    torch.save(averaged, code / "averaged.pth")
+    torch.save(weights, code / "weights.pth")
+    assert _probability(run_cli, "--weights", "train.pth.tar", "--ema") == _probability(run_cli, "--weights", "averaged.pth")
+    assert _probability(run_cli, "--weights", "train.pth.tar") == _probability(run_cli, "--weights", "weights.pth")
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "args", "says"),
+    [
+        ("weights.pth", ("--ema",), "keeps no EMA weights (state_dict_ema, model_ema, ema_state_dict, ema); it holds"),
+        ("elsewhere.ckpt", (), "does not fit this architecture (missing: "),
+    ],
+)
+def test_checkpoints_that_do_not_fit_are_one_line(run_cli, code: Path, checkpoint: str, args, says) -> None:
+    import torch
+
+    weights, _ = _saved_states(code)
+    torch.save(weights, code / "weights.pth")
+    torch.save({"state_dict": {"backbone.encoder." + k: v for k, v in list(weights.items())[:5]}}, code / "elsewhere.ckpt")
+    result = run_cli("explain", "photo.png", "--model", "test_resnet", "--weights", checkpoint, *args, "-o", "out")
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.code == 2 and len(lines) == 1 and says in lines[0], result.stderr
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "output", "found"),
+    [
+        ((), (), "logits"),
+        (("pair=true",), (), "0"),
+        (('key="scores"',), ("--output", "scores"), "scores"),
+        (("pair=true",), ("--output", "1"), "1"),
+    ],
+)
+def test_whatever_the_forward_returns_the_scores_are_found(run_cli, code: Path, kwargs, output, found) -> None:
+    """A dict with `logits`, a tuple, a key named by --output, an index: the record says which part held the scores."""
+    given = [part for kwarg in kwargs for part in ("--model-kwargs", kwarg)]
+    result = run_cli("explain", "photo.png", "--model", "net.py:Named", *given, *output, "--json", "-o", "out")
+    assert result.code == 0, result.stderr
+    (record,) = result.records()
+    assert record["output"] == found and record["layers"] == ["inner.0.network.layer4"] and not record["blank"]
+
+
+def test_the_view_is_the_same_network_and_hub_models_are_left_as_they_are(code: Path) -> None:
+    import copy
+
+    import torch
+
+    from gradcam_cli import load_model
+
+    ready = load_model("net.py:Named", model_kwargs={"pair": True}, input_hw=(64, 64), mean=0.5, std=0.5, device="cpu")
+    inner = ready.model.inner
+    assert dict(ready.model.named_modules())["inner.0.network.layer4"] is inner[0].network.layer4
+    x = torch.rand(2, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.equal(ready.model(x), inner(x))
+        twin = copy.deepcopy(ready.model)  # as the sanity check copies it: the copy's forward runs the copy
+        for parameter in twin.parameters():
+            parameter.zero_()
+        assert not torch.equal(twin(x), ready.model(x))
+    hub = load_model("test_resnet", pretrained=False, device="cpu")
+    assert hub.output is None and type(hub.model).forward is hub.model.forward.__func__
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "output", "says"),
+    [
+        (("none=true",), (), "the model's forward returned a dict (keys: count): no tensor of class scores in it; name the part"),
+        (('key="scores"',), (), "the model's class scores must be (N, classes); its 'features' is (1, 2, 2, 2)"),
+        (("pair=true",), ("--output", "5"), "--output 5: the model's forward returned a tuple of 2 (Tensor, Tensor), and '5' is no tensor"),
+        ((), ("--output", "probs"), "--output probs: the model's forward returned a dict (keys: features, logits)"),
+    ],
+)
+def test_an_output_without_scores_is_one_line(run_cli, code: Path, kwargs, output, says) -> None:
+    given = [part for kwarg in kwargs for part in ("--model-kwargs", kwarg)]
+    result = run_cli("explain", "photo.png", "--model", "net.py:Named", *given, *output, "--input-size", "64", "--mean", "0.5",
+                     "--std", "0.5", "-o", "out")  # fmt: skip
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.code == 2 and len(lines) == 1 and says in lines[0], result.stderr

@@ -13,7 +13,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gradcam_cli.settings import markdown_table, preset_key_list  # noqa: E402
+from gradcam_cli.settings import OPTIONS, Option  # noqa: E402
+
+
+def markdown_table() -> str:
+    """The README's table of `gradcam explain`'s arguments and options, from the table (a test keeps them equal)."""
+    rows = ["| option | meaning |", "|---|---|"]
+    for option in OPTIONS:
+        rows.append(f"| `{_shown_flags(option)}` | {option.doc or option.help} |")
+    return "\n".join(rows)
+
+
+def _shown_flags(option: Option) -> str:
+    """`-m, --model NAME`, `--relu / --no-relu`, `--norm minmax\\|none`: the spelling a reader types."""
+    if not option.flags:
+        return option.metavar
+    longs = [f for f in option.flags if f.startswith("--")]
+    shorts = [f for f in option.flags if not f.startswith("--")]
+    text = ", ".join([*shorts, *(f.replace("/", " / ") for f in longs)])
+    metavar = option.metavar.replace("|", "\\|")
+    choices = option.choices
+    if choices is not None and len(choices) <= 3:
+        return text + " " + "\\|".join(choices)
+    return f"{text} {metavar}" if metavar and option.kind is not bool else text
+
+
+def preset_key_list() -> str:
+    """The README's list of preset keys: the option names (the singular aliases are said beside it)."""
+    return ", ".join(option.name for option in OPTIONS if option.preset)
+
 
 BLOCKS = {"options-table": markdown_table, "preset-keys": lambda: f"`{preset_key_list()}`"}
 

@@ -149,7 +149,7 @@ class _Comparison:
         model = self.settings.model
         ready = api.load_model(
             model.name, model.weights, model.labels, pretrained=model.pretrained, device=self.settings.run.device,
-            model_kwargs=dict(model.kwargs), **model.preprocessing(),
+            model_kwargs=dict(model.kwargs), ema=model.ema, output=model.output, **model.preprocessing(),
         )  # fmt: skip
         for notice in ready.notices:
             self.warn(notice)

@@ -16,11 +16,14 @@ import torch
 from torch import nn
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
+EMA_KEYS = ("state_dict_ema", "model_ema", "ema_state_dict", "ema")  # timm's train.py, and common hand-written names
 STRIPPED_PREFIXES = ("module.", "_orig_mod.")
+PREFIX_DEPTH = 2  # a training wrapper's prefix is one or two names deep (`model.`, `model.backbone.`)
 
 
-def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
-    """Tensors only: safetensors, or a torch file loaded with weights_only (never unpickles code)."""
+def read_state_dict(path: Path, ema: bool = False) -> dict[str, torch.Tensor]:
+    """Tensors only: safetensors, or a torch file loaded with weights_only (never unpickles code); `ema`: the
+    exponential moving average of the weights that training kept beside them, instead of the weights."""
     if not path.is_file():
         raise ModelError(f"⟨weights={path}⟩: no such file")
     if path.suffix != ".safetensors":
@@ -38,7 +41,19 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             f"⟨weights={path}⟩: not a loadable tensor checkpoint ({first[:200]}); "
             "give a .safetensors file or a .pth/.pt state dict (code inside pickles is never run)"
         ) from None
+    if ema:
+        raw = _ema_weights(raw, path)
     return _unwrap_state_dict(raw, path)
+
+
+def _ema_weights(raw: Any, path: Path) -> Any:
+    """The EMA state dict of a training checkpoint (timm's `state_dict_ema`), or one line saying there is none."""
+    if isinstance(raw, dict):
+        for key in EMA_KEYS:
+            if isinstance(raw.get(key), dict):
+                return raw[key]
+    keys = ", ".join(one_line(k) for k in list(raw)[:6]) if isinstance(raw, dict) else type(raw).__name__
+    raise ModelError(f"⟨weights={path}⟩ keeps no EMA weights ({', '.join(EMA_KEYS)}); it holds {keys}: leave out ⟨ema⟩")
 
 
 # torch.save stores tensors uncompressed (ZIP_STORED) and float weights barely
@@ -91,6 +106,25 @@ def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, torch.Tensor]:
                 key = key[len(prefix) :]
         state[key] = value
     return state
+
+
+def fit_prefix(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> tuple[dict[str, torch.Tensor], str | None]:
+    """The weights under the prefix a training wrapper gave them (Lightning's `model.`, `net.`), when that makes
+    every key of the model fit, and a line saying which prefix (and what else the checkpoint held, left out)."""
+    own = set(model.state_dict())
+    if own <= set(state):
+        return state, None
+    best: tuple[int, str, dict[str, torch.Tensor]] | None = None
+    for prefix in sorted({".".join(k.split(".")[:depth]) + "." for k in state for depth in range(1, PREFIX_DEPTH + 1) if "." in k}):
+        stripped = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+        if own <= set(stripped) and (best is None or len(state) - len(own) < best[0]):
+            best = (len(state) - len(own), prefix, {k: stripped[k] for k in own})
+    if best is None:
+        return state, None  # nothing fits: the strict load names the keys that are missing
+    left, prefix, fitted = best
+    others = sorted({k.split(".")[0] for k in state if not k.startswith(prefix)})
+    rest = f"; {left} other tensors left out ({', '.join(one_line(o) for o in others[:4])})" if left else ""
+    return fitted, f"⟨weights={path}⟩: the model's weights are under '{prefix}' (a training wrapper's name), taken from there{rest}"
 
 
 def classifier_name(model: nn.Module) -> str | None:

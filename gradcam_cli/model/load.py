@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradcam_cli.errors import GradcamError, UsageError
-from gradcam_cli.model.checkpoint import checkpoint_num_classes, classifier_name, load_checkpoint, read_state_dict
+from gradcam_cli.model.checkpoint import checkpoint_num_classes, classifier_name, fit_prefix, load_checkpoint, read_state_dict
 from gradcam_cli.model.downloads import build_error, hub_offline, library_noise_off, plan_download
 from gradcam_cli.model.hub import ModelSource, source_for
 from gradcam_cli.model.labels import read_labels
+from gradcam_cli.model.outputs import probed_output, scores_view
 
 import torch
 from torch import nn
@@ -40,6 +41,7 @@ class LoadedModel:
     class_names: list[str] | None
     num_prefix_tokens: int | None
     notices: list[str]  # what the run says once it starts (a guessed data config)
+    output: str | None  # where in the forward's result the class scores are (None: the result is them)
 
     @property
     def num_classes(self) -> int | None:
@@ -101,26 +103,37 @@ def load_model(
     labels: Path | None = None,
     kwargs: Mapping[str, Any] | None = None,
     preprocessing: Mapping[str, Any] | None = None,
+    ema: bool = False,
+    output: str | None = None,
 ) -> LoadedModel:
     """Build, load weights, and attach the model's own data config and class names.
 
     `kwargs` go to the builder (⟨model_kwargs⟩); `preprocessing` (input_hw, mean, std, interpolation, crop_pct)
-    overrides the data config the model comes with, where the user knows better or the model has none.
+    overrides the data config the model comes with, where the user knows better or the model has none; `ema`: the
+    checkpoint's EMA weights; `output`: the key, attribute or index of the forward's result that holds the class
+    scores (model/outputs.py has the rule without it).
     """
     label_names = read_labels(labels) if labels is not None else None
-    state = read_state_dict(weights) if weights is not None else None
+    state = read_state_dict(weights, ema=ema) if weights is not None else None
     model, source, arch = build_model(name, pretrained=pretrained and state is None, kwargs=kwargs)
+    notices: list[str] = []
     if state is not None:
+        assert weights is not None
+        state, fitted = fit_prefix(model, state, weights)
+        notices += [fitted] if fitted else []
         wanted = checkpoint_num_classes(model, state, weights)
         if wanted is not None and wanted != num_outputs(model):
             model, source, arch = build_model(name, pretrained=False, num_classes=wanted, kwargs=kwargs)
-        load_checkpoint(model, state, weights)  # type: ignore[arg-type]
+        load_checkpoint(model, state, weights)
     model.eval()
     outputs = num_outputs(model)
     if label_names is not None and outputs is not None and len(label_names) != outputs:
         raise UsageError(f"⟨labels={labels}⟩ names {len(label_names)} classes but the model has {outputs} outputs")
     names = label_names or (source.class_names(model, arch, outputs) if outputs else None)
     config = replace(source.data_config(model, arch), **dict(preprocessing or {}))
+    model = scores_view(model, output)
+    found = probed_output(model, config.input_hw)
     guessed = source.data_config_notice(arch)
-    notices = [guessed] if guessed and not {"input_hw", "mean", "std"} <= set(preprocessing or {}) else []
-    return LoadedModel(model, name.strip(), source, arch, config, names, num_prefix_tokens(model, source, arch), notices)
+    notices += [guessed] if guessed and not {"input_hw", "mean", "std"} <= set(preprocessing or {}) else []
+    prefix = num_prefix_tokens(model, source, arch)
+    return LoadedModel(model, name.strip(), source, arch, config, names, prefix, notices, found)

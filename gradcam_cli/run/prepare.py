@@ -81,6 +81,7 @@ class PreparedRun:
         return {
             "model": self.loaded.name,
             "source": self.loaded.source.name,
+            "output": self.loaded.output,
             "layers": self.layer_names(),
             "method": self.method.name,
             "device": str(self.device),
@@ -132,7 +133,7 @@ def prepare_run(
     if loaded is None:
         loaded = model_load.load_model(
             model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels, kwargs=dict(model.kwargs),
-            preprocessing=model.preprocessing(),
+            preprocessing=model.preprocessing(), ema=model.ema, output=model.output,
         )  # fmt: skip
     paths = list(settings.target.layers) or default_layer_paths(loaded.model, loaded.arch, loaded.source)
     layers = resolve_layers(loaded.model, paths, loaded.name)

@@ -1,0 +1,132 @@
+"""Whatever a model's forward returns, the class scores in it: one documented rule, or the user's ⟨output⟩.
+
+Models return a tensor, a tuple `(logits, aux)`, a dict `{"out": ..., "aux": ...}`
+or a transformers `ModelOutput`; the peers' trackers are full of "'tuple' object
+has no attribute" for it. The rule: an attribute or key `logits`, then `out`,
+then the first tensor (of a tuple or list in order, of a dict's values in
+order); ⟨output⟩ names the key, attribute or index instead. The model is then
+seen through a view that returns those scores: the same module (the same
+submodules, parameters and dotted paths, hooks on them see the same calls),
+only its forward's result picked, so nothing downstream has to know.
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from gradcam_cli.errors import ModelError, one_line
+
+PREFERRED_KEYS = ("logits", "out")
+
+
+def _fields(output: Any) -> list[tuple[str, Any]]:
+    """The named parts of an output: a dict's items, a ModelOutput's or a namedtuple's fields."""
+    if isinstance(output, Mapping):
+        return [(str(k), v) for k, v in output.items()]
+    if hasattr(output, "_fields"):  # a namedtuple
+        return [(name, getattr(output, name)) for name in output._fields]
+    return []
+
+
+def _described(output: Any) -> str:
+    named = _fields(output)
+    if named:
+        return f"a {type(output).__name__} (keys: {', '.join(k for k, _ in named[:8])})"
+    if isinstance(output, Sequence) and not isinstance(output, str):
+        kinds = ", ".join(type(v).__name__ for v in list(output)[:6])
+        return f"a {type(output).__name__} of {len(output)} ({kinds})"
+    return f"a {type(output).__name__}"
+
+
+def pick_scores(output: Any, choice: str | None = None) -> tuple[torch.Tensor, str | None]:
+    """The class scores in a forward's output and where they were found (None: the output is the tensor)."""
+    if choice is not None:
+        return _chosen(output, choice), choice
+    if isinstance(output, torch.Tensor):
+        return output, None
+    named = dict(_fields(output))
+    for key in PREFERRED_KEYS:
+        value = named.get(key, getattr(output, key, None) if not isinstance(output, Mapping) else None)
+        if isinstance(value, torch.Tensor):
+            return value, key
+    ordered: list[tuple[str, Any]] = list(named.items())
+    if not named and isinstance(output, (tuple, list)):
+        ordered = [(str(index), value) for index, value in enumerate(output)]
+    for key, value in ordered:
+        if isinstance(value, torch.Tensor):
+            return value, key
+    raise ModelError(
+        f"the model's forward returned {_described(output)}: no tensor of class scores in it",
+        hint="name the part that holds them with ⟨output=KEY⟩ or ⟨output=INDEX⟩",
+    )
+
+
+def _chosen(output: Any, choice: str) -> torch.Tensor:
+    """The part ⟨output⟩ names: an index of a tuple or list, else a key or attribute."""
+    value: Any = None
+    if isinstance(output, (tuple, list)) and choice.lstrip("-").isdigit():
+        index = int(choice)
+        value = output[index] if -len(output) <= index < len(output) else None
+    elif isinstance(output, Mapping):
+        value = output.get(choice)
+    else:
+        value = getattr(output, choice, None)
+    if not isinstance(value, torch.Tensor):
+        raise ModelError(
+            f"⟨output={choice}⟩: the model's forward returned {_described(output)}, and {one_line(choice)!r} is no tensor in it",
+            hint="give a key, attribute or index that holds the class scores (N, classes)",
+        )
+    return value
+
+
+def scores_view(model: nn.Module, choice: str | None = None) -> nn.Module:
+    """The model, seen as returning its class scores: a shallow copy sharing every submodule, its forward's result picked.
+
+    A model whose forward already returns a tensor and no ⟨output⟩ is asked for is returned as it is.
+    """
+    if choice is None and not getattr(model, "_gradcam_view", False) and _returns_tensor(model):
+        return model
+    view = copy.copy(model)  # the same _modules, _parameters and _buffers dicts: the same network
+    view.__dict__.update(_gradcam_view=True, _gradcam_forward=type(model).forward, _gradcam_choice=choice, output_key=None)
+    # a bound method, not a closure: a deep copy of the view (the sanity check's) is bound to the copy, not to this view
+    view.__dict__["forward"] = types.MethodType(_picked_forward, view)
+    return view
+
+
+def _picked_forward(self: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
+    scores, key = pick_scores(self.__dict__["_gradcam_forward"](self, *args, **kwargs), self.__dict__["_gradcam_choice"])
+    self.__dict__["output_key"] = key
+    return scores
+
+
+def _returns_tensor(model: nn.Module) -> bool:
+    """timm's and torchvision's classifiers return their logits in eval mode; any other model gets the view."""
+    return type(model).__module__.startswith(("timm.", "torchvision.models"))
+
+
+def probed_output(view: nn.Module, input_hw: tuple[int, int]) -> str | None:
+    """One forward of a blank image through the view: the part of the output the scores came from (and a model
+    whose output holds no scores fails here, before any image is read)."""
+    if not getattr(view, "_gradcam_view", False):
+        return None
+    from gradcam_cli.model.state import eval_mode
+
+    parameter = next(iter(view.parameters()), None)
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    with eval_mode(view), torch.inference_mode():
+        scores = view(torch.zeros(1, 3, *input_hw, device=device))
+    if scores.dim() != 2:
+        key = view.__dict__.get("output_key")
+        where = f"its {key!r}" if key is not None else "it"
+        raise ModelError(
+            f"the model's class scores must be (N, classes); {where} is {tuple(scores.shape)}",
+            hint="name the part that holds them with ⟨output=KEY⟩ or ⟨output=INDEX⟩",
+        )
+    found = view.__dict__.get("output_key")
+    return None if found is None else str(found)
