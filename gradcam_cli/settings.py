@@ -155,9 +155,10 @@ OPTIONS: tuple[Option, ...] = (
            help="Images, folders, glob patterns, or - to read paths from stdin (one per line).",
            doc="image files, folders, glob patterns (`'data/**/*.png'`), or `-` for paths on stdin (one per line)"),
     Option(name="model", flags=("--model", "-m"), kind=str, default=None, group="model", field="name", metavar="NAME",
-           help="timm name (tags and hf-hub:ORG/NAME work), torchvision:ARCH, or your code: path/net.py:build or "
-                "package.module:build (this runs that code).",
-           doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`), `torchvision:ARCH`, or your own code: "
+           help="timm name (tags and hf-hub:ORG/NAME work), torchvision:ARCH, hf:ORG/NAME or hf:DIR (transformers), or "
+                "your code: path/net.py:build or package.module:build (this runs that code).",
+           doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`), `torchvision:ARCH`, a transformers "
+               "classifier (`hf:ORG/NAME`, `hf:/saved/dir`; the `[hf]` extra), or your own code: "
                "`path/to/net.py:build` or `package.module:build`, a callable returning an `nn.Module` (a class, a "
                "factory) or a module instance, by name. **This imports and runs that code**, as you ask; see "
                "[Your own model](#your-own-model)"),

@@ -19,7 +19,7 @@ LAYERS_TABLE_OPTIONS = ("model_kwargs", "input_size")  # what builds and probes 
 
 def layers(
     ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:, or your own path/net.py:build).")],
+    model: Annotated[str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:, hf:, or path/net.py:build).")],
     depth: Annotated[int | None, typer.Option("--depth", "-d", help="Show modules down to this depth.", min=0)] = None,
     filter_text: Annotated[str | None, typer.Option("--filter", "-f", help="Only modules whose name or type contains this.")] = None,
     json_lines: Annotated[bool, typer.Option("--json", help="One JSON record per module.")] = False,

@@ -1,0 +1,176 @@
+"""Hugging Face transformers as a model hub: `hf:org/name` on the Hub, `hf:/local/dir` saved with save_pretrained.
+
+`AutoModelForImageClassification` builds the network, its `AutoImageProcessor`
+gives the preprocessing (size, crop, mean, std, resampling) and its config the
+class names (`id2label`). transformers is an optional extra, imported only when
+such a model is asked for (`pip install 'gradcam-cli[hf]'`); `hf-hub:` stays
+timm's. The forward returns a `ModelOutput`: model/outputs.py finds its
+`logits`. Default layers are found by the modules' shape, not by fixed paths
+(they moved between transformers 4 and 5): the last `layernorm_before` of a
+ViT-like encoder (its head reads the class token, so the last block's input
+still carries the patch tokens), else the last stage of an encoder's `stages`
+(ConvNeXt, ResNet, RegNet) or `layers` (Swin, whose layers return tuples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gradcam_cli.errors import UsageError
+from gradcam_cli.model.blocks import every_kth
+from gradcam_cli.model.data_config import DataConfig
+
+from torch import nn
+
+PREFIX = "hf:"
+PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+PREFIX_TOKENS = {"vit": 1, "beit": 1, "data2vec-vision": 1, "dinov2": 1, "deit": 2}  # class (and DeiT's distillation) tokens
+
+
+def _transformers() -> Any:
+    try:
+        import transformers
+    except ImportError:
+        raise UsageError("hf: models need the transformers package, which is not installed", hint="pip install 'gradcam-cli[hf]'") from None
+    transformers.logging.set_verbosity_error()  # its notices and progress bars on stderr are not ours to pass on
+    transformers.logging.disable_progress_bar()
+    return transformers
+
+
+def is_local(arch: str) -> bool:
+    return Path(arch).expanduser().is_dir() or arch.startswith(("/", "./", "../", "~"))
+
+
+class HuggingFaceHub:
+    """transformers' image classifiers, named with the 'hf:' prefix."""
+
+    name = "transformers"
+
+    def arch_of(self, name: str) -> str | None:
+        """'hf:org/name' or 'hf:/a/dir' → what follows the prefix; other names are another hub's."""
+        return name.strip()[len(PREFIX) :] if name.strip().startswith(PREFIX) else None
+
+    def downloads(self, arch: str, pretrained: bool) -> bool:
+        return not is_local(arch)  # even random weights need the Hub's config
+
+    def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
+        """The classifier with its weights (or random ones from its config); a checkpoint's head size via num_labels."""
+        transformers = _transformers()
+        if is_local(arch) and not Path(arch).expanduser().is_dir():
+            raise UsageError(f"⟨model=hf:{arch}⟩: no such folder", hint="give a folder written by save_pretrained, or hf:ORG/NAME")
+        given: dict[str, Any] = dict(kwargs or {})
+        if num_classes is not None:
+            given.update(num_labels=num_classes, ignore_mismatched_sizes=True)
+        auto = transformers.AutoModelForImageClassification
+        location = str(Path(arch).expanduser()) if is_local(arch) else arch
+        if pretrained:
+            return auto.from_pretrained(location, **given)
+        config = transformers.AutoConfig.from_pretrained(location, **given)
+        return auto.from_config(config)
+
+    def weights_location(self, arch: str) -> tuple[str, str] | None:
+        if is_local(arch):
+            return None
+        from gradcam_cli.model.downloads import hf_endpoint
+
+        return "hf", hf_endpoint()
+
+    def data_config(self, model: nn.Module, arch: str) -> DataConfig:
+        """The image processor's size, crop, statistics and filter; without one, ImageNet's at the config's size."""
+        processor = _processor(arch)
+        size = getattr(getattr(model, "config", None), "image_size", 224)
+        side = size if isinstance(size, int) else int(size[0])
+        if processor is None:
+            return DataConfig(input_hw=(side, side), mean=IMAGENET_MEAN, std=IMAGENET_STD)
+        settings = processor.to_dict()
+        input_hw, crop_pct = _input_size(settings, side)
+        return DataConfig(
+            input_hw=input_hw,
+            mean=_triple(settings.get("image_mean"), IMAGENET_MEAN),
+            std=_triple(settings.get("image_std"), IMAGENET_STD),
+            interpolation=PIL_FILTERS.get(int(settings.get("resample") or 2), "bilinear"),
+            crop_pct=crop_pct,
+        )
+
+    def data_config_notice(self, arch: str) -> str | None:
+        if _processor(arch) is not None:
+            return None
+        return (
+            f"hf:{arch} has no image processor config: assuming ImageNet's statistics at the model's size; set them with "
+            "⟨input_size⟩, ⟨mean⟩ and ⟨std⟩"
+        )
+
+    def class_names(self, model: nn.Module, arch: str, num_classes: int) -> list[str] | None:
+        """The config's id2label, unless it is transformers' placeholder (LABEL_0, LABEL_1, ...)."""
+        labels = getattr(getattr(model, "config", None), "id2label", None) or {}
+        names = [str(labels.get(i, labels.get(str(i), ""))) for i in range(num_classes)]
+        if not all(names) or all(name == f"LABEL_{i}" for i, name in enumerate(names)):
+            return None
+        return names
+
+    def default_layer(self, model: nn.Module, arch: str) -> str | None:
+        layers = self.stage_layers(model, arch)
+        return layers[-1] if layers else None
+
+    def stage_layers(self, model: nn.Module, arch: str) -> list[str] | None:
+        """A class-token encoder's blocks (every k-th `layernorm_before`), else an encoder's stages (Swin's too)."""
+        if getattr(model, "config", None) is None or not type(model).__module__.startswith("transformers."):
+            return None
+        if self.num_prefix_tokens(model, arch):
+            norms = [name for name, _ in model.named_modules() if name.endswith(".layernorm_before")]
+            if norms:
+                return [norms[i] for i in every_kth(len(norms))]
+        return _stages(model) or None
+
+    def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
+        model_type = str(getattr(getattr(model, "config", None), "model_type", ""))
+        return PREFIX_TOKENS.get(model_type)
+
+
+def _processor(arch: str) -> Any:
+    """The model's image processor, or None when it has none (or it cannot be fetched)."""
+    transformers = _transformers()
+    location = str(Path(arch).expanduser()) if is_local(arch) else arch
+    try:
+        return transformers.AutoImageProcessor.from_pretrained(location)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _input_size(settings: dict[str, Any], side: int) -> tuple[tuple[int, int], float]:
+    """The model input's size and the crop's share: a crop_size after a resize, a height x width, or a shortest edge."""
+    size, crop = settings.get("size") or {}, settings.get("crop_size") or {}
+    if isinstance(size, int):
+        size = {"shortest_edge": size}
+    if settings.get("do_center_crop") and crop.get("height"):
+        resized = size.get("shortest_edge") or size.get("height") or crop["height"]
+        return (int(crop["height"]), int(crop["width"])), min(1.0, crop["height"] / resized)
+    if size.get("height"):
+        return (int(size["height"]), int(size["width"])), 1.0
+    if size.get("shortest_edge"):
+        edge = int(size["shortest_edge"])
+        return (edge, edge), float(settings.get("crop_pct") or 1.0)
+    return (side, side), 1.0
+
+
+def _triple(value: Any, default: tuple[float, float, float]) -> tuple[float, float, float]:
+    if isinstance(value, (int, float)):
+        return float(value), float(value), float(value)
+    if isinstance(value, (list, tuple)) and len(value) == 3:
+        return float(value[0]), float(value[1]), float(value[2])
+    return default
+
+
+def _stages(model: nn.Module) -> list[str]:
+    """The children of an encoder's `stages` (or `layers`) list, in order."""
+    for list_name in ("stages", "layers"):
+        for name, module in model.named_modules():
+            if name.endswith(f"encoder.{list_name}") and isinstance(module, nn.ModuleList) and len(module):
+                return [f"{name}.{i}" for i in range(len(module))]
+    return []
+
+
+HUGGING_FACE = HuggingFaceHub()
