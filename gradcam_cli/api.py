@@ -26,6 +26,7 @@ from gradcam_cli.inputs.decode import _pil_to_rgb, load_image
 from gradcam_cli.layers.defaults import default_layer_paths
 from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer
 from gradcam_cli.maps import CamOptions, member_of
+from gradcam_cli.maps import probabilities as class_probabilities
 from gradcam_cli.vocab import Combine, Norm
 from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
@@ -277,7 +278,7 @@ def _explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geome
     """The maps, overlays and record of the image, built as the CLI's writer builds them."""
     if not bool(cams.finite[0]):
         raise InputError(f"{name}: the model's scores or gradients are not finite (NaN or inf) for this image")
-    probabilities = torch.softmax(cams.logits[0].float(), dim=0)
+    probabilities = class_probabilities(cams.logits[0])
     targets = tuple(_class_map(run, photo, geometry, cams, k, probabilities) for k in range(cams.targets.shape[1]))
     record = image_record(name, photo, [t.record for t in targets], probabilities, run.loaded.class_names, run.record_context())
     return Explanation(targets, record, _read_only(np.array(photo)), geometry)
@@ -305,6 +306,7 @@ def explain(
     grid: tuple[int, int] | str | None = None,
     precision: str = "auto",
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    negative: bool = False,
 ) -> Explanation:
     """Explain one image as `gradcam explain IMAGE` does, and return its maps and overlays instead of writing them.
 
@@ -354,6 +356,7 @@ def cam(
     norm: str = "minmax",
     combine: str = "mean",
     cam_batch_size: int = 32,
+    negative: bool = False,
 ) -> torch.Tensor:
     """Class activation maps (N, H, W) at the size of `x`, in [0, 1] unless norm="none".
 
@@ -373,6 +376,7 @@ def cam(
         eigen_smooth=eigen_smooth,
         aug_smooth=aug_smooth,
         cam_batch_size=cam_batch_size,
+        negative=bool(negative),
     )
     batch = compute_cams(
         model,

@@ -37,6 +37,7 @@ class CamOptions:
     aug_smooth: bool = False  # average over flips and rescalings (see augment.py)
     cam_batch_size: int = 32  # masked/ablated forwards per pass (scorecam, ablationcam)
     precision: torch.dtype | None = None  # autocast dtype of the model's passes; the CAM maths stay fp32
+    negative: bool = False  # explain minus the class score: what pushes it down (a binary classifier's other class)
     progress: ProgressFn | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -153,3 +154,9 @@ def finite_rows(*tensors: torch.Tensor) -> torch.Tensor:
         finite = rows if finite is None else finite & rows
     assert finite is not None
     return finite
+
+
+def probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """Class probabilities of logits (..., classes): softmax; a single logit is a binary classifier's, its sigmoid."""
+    logits = logits.float()
+    return logits.sigmoid() if logits.shape[-1] == 1 else logits.softmax(dim=-1)

@@ -52,6 +52,7 @@ class TargetSettings:
     classes: tuple[str, ...] = ()
     topk: int = 1
     grid: tuple[int, int] | None = None
+    negative: bool = False  # explain minus the class score
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,6 +238,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="classes", flags=("--class", "-c"), kind=list, default=None, group="target", metavar="N|NAME",
            aliases=("class",), help="Class to explain, by index or name; repeat for several. Default: the top class.",
            doc="class to explain, by index or name; repeatable. Default: the top class"),
+    Option(name="negative", flags=("--negative",), kind=bool, default=False, group="target",
+           help="Explain what pushes the class score down (minus the score): a binary classifier's other class.",
+           doc="explain minus the class score: the evidence against the class (a single-logit binary classifier's "
+               "negative class; the Grad-CAM paper's counterfactual maps)"),
     Option(name="topk", flags=("--topk", "-k"), kind=int, default=1, group="target", metavar="K", minimum=1,
            help="Explain the top K classes (one map each).", doc="explain the top K classes, one overlay each"),
     Option(name="crop", flags=("--crop/--whole",), kind=bool, default=False, group="inputs",

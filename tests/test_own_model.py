@@ -45,6 +45,11 @@ def broken():
     raise ValueError("width must be even")
 
 
+def binary():
+    torch.manual_seed(0)
+    return nn.Sequential(Featurizer(), nn.Linear(512, 1))
+
+
 def returns_int():
     return 7
 
@@ -149,7 +154,7 @@ def test_a_checkpoint_of_your_network_with_another_head(run_cli, code: Path) -> 
     ("args", "says"),
     [
         (("--model", "missing.py:build"), "--model: no such file missing.py"),
-        (("--model", "net.py:nothing"), "net.py has no 'nothing'; it has Featurizer, Named, broken, build, instance"),
+        (("--model", "net.py:nothing"), "net.py has no 'nothing'; it has Featurizer, Named, binary, broken, build, instance"),
         (("--model", "net.py:broken"), "calling net.py:broken failed: ValueError: width must be even (net.py, line"),
         (("--model", "net.py:not_a_model"), "is of type int: neither a module nor something that builds one"),
         (("--model", "net.py:returns_int"), "returned an object of type int, not a torch.nn.Module"),
@@ -304,3 +309,22 @@ def test_an_output_without_scores_is_one_line(run_cli, code: Path, kwargs, outpu
                      "--std", "0.5", "-o", "out")  # fmt: skip
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.code == 2 and len(lines) == 1 and says in lines[0], result.stderr
+
+
+def test_a_single_logit_binary_classifier_and_what_pushes_it_down(run_cli, code: Path) -> None:
+    """One logit: its sigmoid is the probability, the map explains the positive class; --negative explains minus it,
+    so without the ReLU and the normalisation Grad-CAM's raw map is exactly the other's negative."""
+    import math
+
+    import numpy as np
+
+    raw = ("--no-relu", "--norm", "none", "--save-raw", "--json")
+    positive = run_cli("explain", "photo.png", "--model", "net.py:binary", *raw, "-o", "pos")
+    negative = run_cli("explain", "photo.png", "--model", "net.py:binary", *raw, "--negative", "-o", "neg")
+    assert positive.code == 0 and negative.code == 0, positive.stderr + negative.stderr
+    (up,), (down,) = positive.records(), negative.records()
+    assert up["target"] == "binary" and down["target"] == "binary, negative" and up["class_index"] == 0
+    assert up["probability"] == pytest.approx(1 / (1 + math.exp(-up["score"])), abs=1e-6)
+    np.testing.assert_allclose(np.load(down["targets"][0]["raw"]), -np.load(up["targets"][0]["raw"]), atol=1e-6)
+    hub = run_cli("explain", "photo.png", "--model", "test_resnet", "--no-pretrained", "--json", "-o", "hub")
+    assert hub.records()[0]["target"] == "class"

@@ -55,6 +55,10 @@ class _Job:
             for a, layer in zip(activations, self.layers)
         ]
 
+    def scored(self, scores: torch.Tensor) -> torch.Tensor:
+        """The scores explained: the class scores, or with ⟨negative⟩ minus them."""
+        return -scores if self.options.negative else scores
+
     def autocast(self) -> contextlib.AbstractContextManager[object]:
         """Mixed precision for the model's forward passes when asked for (backward follows the forward's dtypes)."""
         if self.options.precision is None:
@@ -88,7 +92,7 @@ def _run_gradient(job: _Job) -> CamBatch:
         activations = recorder.activations()
         layouts = job.layouts(activations)
         finite = finite_rows(logits.detach(), *activations)
-        scores = logits.gather(1, chosen).float()
+        scores = job.scored(logits.gather(1, chosen).float())
         per_rank = recorder.gradients_per_rank(scores, retain_graph=method.guided)
         maps, blanks, guided = [], [], []
         for k, gradients in enumerate(per_rank):
@@ -135,6 +139,7 @@ def _perturbation_raws(
             batch_size=job.options.cam_batch_size,
             progress=job.options.progress,
             method_name=job.method.name,
+            sign=-1.0 if job.options.negative else 1.0,
         )
         with job.autocast():
             weights = job.method.perturbation_cam()(probe).float()
@@ -175,7 +180,7 @@ def _run_network(job: _Job) -> CamBatch:
         finite = finite_rows(logits.detach())
         maps, blanks = [], []
         for k in range(chosen.shape[1]):
-            score = logits.gather(1, chosen[:, k : k + 1]).float().sum()
+            score = job.scored(logits.gather(1, chosen[:, k : k + 1]).float()).sum()
             input_grad, gradients = recorder.gradients_with_input(score, retain_graph=k + 1 < chosen.shape[1])
             finite &= finite_rows(input_grad, *gradients)
             ran = recorder.ran_layers()

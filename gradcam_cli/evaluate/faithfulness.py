@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradcam_cli.errors import ModelError, UsageError
+from gradcam_cli.maps import probabilities
 from gradcam_cli.model.state import eval_mode, first_tensor
 from gradcam_cli.vocab import Substrate
 
@@ -27,11 +28,11 @@ BLUR_SIZE, BLUR_SIGMA = 11, 5.0  # RISE's blurred substrate (Petsiuk et al. 2018
 
 
 def class_probabilities(model: nn.Module, x: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
-    """(N,) the softmax probability of each image's class: the score every metric here follows."""
+    """(N,) the probability of each image's class (softmax; a single logit's sigmoid): what every metric here follows."""
     logits = first_tensor(model(x))
     if logits is None:
         raise ModelError("the model's forward returned no tensor; its class scores are needed to measure a map")
-    return logits.float().softmax(dim=1).gather(1, classes[:, None].to(logits.device))[:, 0]
+    return probabilities(logits).gather(1, classes[:, None].to(logits.device))[:, 0]
 
 
 def upsampled(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

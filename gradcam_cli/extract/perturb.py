@@ -45,6 +45,7 @@ class LayerProbe:
     batch_size: int
     progress: ProgressFn | None = None
     method_name: str = "perturbation"
+    sign: float = 1.0  # -1: the score explained is minus the class score (⟨negative⟩)
 
     @property
     def num_channels(self) -> int:
@@ -52,7 +53,7 @@ class LayerProbe:
 
     def target_scores(self) -> torch.Tensor:
         """(N,) each image's score for its class, unperturbed."""
-        return self.logits.gather(1, self.classes[:, None])[:, 0].float()
+        return self.sign * self.logits.gather(1, self.classes[:, None])[:, 0].float()
 
     def scores_of_inputs(self, make_inputs: InputMaker) -> torch.Tensor:
         """(N, C): the class score of the input `make_inputs` builds for each (image, channel)."""
@@ -101,7 +102,7 @@ class LayerProbe:
             out = forward(images, channels)
             logits = first_tensor(out.logits if hasattr(out, "logits") else out)
             assert logits is not None
-            scores[start : start + len(images)] = logits.gather(1, self.classes[images][:, None])[:, 0].float()
+            scores[start : start + len(images)] = self.sign * logits.gather(1, self.classes[images][:, None])[:, 0].float()
             if self.progress:
                 self.progress(f"{self.method_name} {self.layer.name}", start + len(images), n * c)
         return scores.reshape(n, c)

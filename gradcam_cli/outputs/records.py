@@ -57,6 +57,7 @@ class ImageRecord:
     model: str | None = None
     source: str | None = None  # the hub that built the model: timm, torchvision, or code (the user's own)
     output: str | None = None  # where in the forward's result the class scores were (None: the result is them)
+    target: str | None = None  # what the maps explain: "class" (softmax), "binary" (one logit), ", negative": minus it
     layers: list[str] = field(default_factory=list)
     method: str | None = None
     device: str | None = None

@@ -22,6 +22,7 @@ from gradcam_cli.outputs.picture import caption_text, draw
 from gradcam_cli.outputs.render import encode_npy, encode_png, guided_photo, photo_maps
 from gradcam_cli.vocab import Colormap, Style
 from gradcam_cli.geometry import Geometry
+from gradcam_cli.maps import probabilities as class_probabilities
 
 import torch
 
@@ -127,7 +128,7 @@ class ResultWriter:
         """Write this image's files for every explained class and build its record."""
         if not bool(cams.finite[row]):
             raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
-        probabilities = torch.softmax(cams.logits[row].float(), dim=0)
+        probabilities = class_probabilities(cams.logits[row])
         several = cams.targets.shape[1] > 1 or self.explicit_classes
         targets = [
             self._write_target(path, image, geometry, cams, row, k, base, several, probabilities) for k in range(cams.targets.shape[1])

@@ -31,6 +31,7 @@ from gradcam_cli.inputs.decode import load_image
 from gradcam_cli.inputs.sources import Source
 from gradcam_cli.inputs.truth import ClassIndex
 from gradcam_cli.layers.paths import resolve_layers
+from gradcam_cli.maps import probabilities as class_probabilities
 from gradcam_cli.outputs.records import EvalRecord, TargetRecord
 from gradcam_cli.outputs.writer import TOPK_IN_RECORD
 from gradcam_cli.run.evaluation_extras import BatchMaps, Decoded, Extras, Measured
@@ -216,7 +217,7 @@ class Evaluator:
             return EvalRecord(input=path, ok=False, error=error, model=self.loaded.name, method=name)
         index = int(sets.classes[row])
         class_name = self.classes.names[index] if 0 <= index < len(self.classes.names) else None
-        probabilities = sets.logits[row].softmax(dim=0)
+        probabilities = class_probabilities(sets.logits[row])
         probability = round(float(probabilities[index]), 6)
         is_blank = bool(sets.blank[name][row]) if not baseline else False
         metrics = {key: values[row] for key, values in scores.measures.items()}

@@ -68,6 +68,11 @@ class PreparedRun:
             model_name=self.loaded.name,
         )
 
+    def target_kind(self) -> str:
+        """What a map explains: a class of a softmax, or a single logit (a binary classifier), and whether minus it."""
+        kind = "binary" if self.num_outputs == 1 else "class"
+        return f"{kind}, negative" if self.options.negative else kind
+
     def layer_names(self) -> list[str]:
         """The layers the maps come from, as the records report them."""
         if self.method.network_layers is not None:
@@ -82,6 +87,7 @@ class PreparedRun:
             "model": self.loaded.name,
             "source": self.loaded.source.name,
             "output": self.loaded.output,
+            "target": self.target_kind(),
             "layers": self.layer_names(),
             "method": self.method.name,
             "device": str(self.device),
@@ -127,6 +133,7 @@ def prepare_run(
         aug_smooth=maps.aug_smooth,
         cam_batch_size=maps.cam_batch_size,
         precision=resolve_precision(settings.run.precision, device),
+        negative=settings.target.negative,
         progress=_checked_progress(progress, checkpoint),
     )
     model = settings.model
