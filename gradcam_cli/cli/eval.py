@@ -19,10 +19,10 @@ from typing import Any
 import typer
 
 from gradcam_cli.cli.console import NO_IMAGE_FOUND, Streams, names_input, progress_line, write_line
-from gradcam_cli.cli.explain import command_streams
+from gradcam_cli.cli.explain import build_report_for, command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
 from gradcam_cli.cli.signals import StopRequests
-from gradcam_cli.errors import ExitCode, GradcamError, UsageError
+from gradcam_cli.errors import ExitCode, UsageError
 from gradcam_cli.settings import BY_NAME, ExplainSettings, build_settings
 from gradcam_cli.vocab import Metric, Substrate, values
 
@@ -171,21 +171,10 @@ class _Evaluation:
             stream.write(eval_table(summary, width=None if self.as_json else 0, color=not self.as_json and self.streams.stdout_tty))
             stream.flush()
         if self.settings.outputs.report:
-            self._report(output_dir)
+            build_report_for(output_dir, self.streams, self.quiet)
         if not self.quiet and written:
             images = f"{summary['images']} image{'s' if summary['images'] != 1 else ''}"
             self.streams.warn(f"evaluated {images}; summaries in {output_dir}/ ({', '.join(p.name for p in written)})")
-
-    def _report(self, output_dir: Path) -> None:
-        from gradcam_cli.report.build import build_report
-
-        try:
-            index = build_report(output_dir, warn=self.streams.warn)
-        except (GradcamError, OSError) as error:
-            self.streams.warn(f"no report: {error}")
-            return
-        if not self.quiet:
-            self.streams.warn(f"report: {index}")
 
     def _say_failed(self, path: str, error: str, progress: Any = None) -> None:
         self.failed.append(path)

@@ -111,7 +111,7 @@ def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporte
     finally:
         files.finish(explainer.summary.counts(), interrupted=stopped)  # a stopped run's counts too
         if settings.outputs.report:
-            _build_report(settings.outputs.output_dir, reporter, quiet)
+            build_report_for(settings.outputs.output_dir, reporter, quiet)
     return summary
 
 
@@ -136,8 +136,8 @@ def _run_line(explainer: Any, streams: Streams) -> dict[str, Any]:
     }
 
 
-def _build_report(output_dir: Path, reporter: Reporter, quiet: bool) -> None:
-    """--report: the output folder's report, of what was done; a failure to build it is said, and loses nothing."""
+def build_report_for(output_dir: Path, reporter: Reporter | Streams, quiet: bool) -> None:
+    """--report (explain and eval): the output folder's report, of what was done; a failure to build it is said, and loses nothing."""
     from gradcam_cli.report.build import build_report
 
     try:

@@ -27,13 +27,12 @@ from types import ModuleType
 from typing import Any
 
 from gradcam_cli.errors import ModelError, UsageError, one_line, printable
-from gradcam_cli.model.data_config import DataConfig, default_input_hw
+from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, DataConfig, default_input_hw
 
 from torch import nn
 
 # `file.py:name` or `package.module:name`; the name may be dotted (`Net.small`, `models.build`)
 CODE_NAME = re.compile(r"^(?P<where>.+\.py|[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 NO_DATA_CONFIG = (
     "{name} comes with no preprocessing: assuming ImageNet's (224x224, mean 0.485,0.456,0.406, std 0.229,0.224,0.225, "
     "bilinear); set it with ⟨input_size⟩, ⟨mean⟩, ⟨std⟩, ⟨interpolation⟩ and ⟨crop_pct⟩"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from torch import nn
 
 DEFAULT_INPUT_HW = (224, 224)
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # what a model without a data config is given
 
 
 @dataclass(frozen=True)

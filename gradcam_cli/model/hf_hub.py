@@ -20,13 +20,12 @@ from typing import Any
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.model.blocks import every_kth
-from gradcam_cli.model.data_config import DataConfig
+from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, DataConfig
 
 from torch import nn
 
 PREFIX = "hf:"
 PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
-IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 PREFIX_TOKENS = {"vit": 1, "beit": 1, "data2vec-vision": 1, "dinov2": 1, "deit": 2}  # class (and DeiT's distillation) tokens
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.model.blocks import every_kth
-from gradcam_cli.model.data_config import DataConfig, default_input_hw
+from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, DataConfig, default_input_hw
 from gradcam_cli.model.messages import closest
 
 from torch import nn
@@ -94,7 +94,7 @@ class TorchvisionHub:
         weights = _weights(arch)
         if weights is None:
             h, w = default_input_hw(model)
-            return DataConfig((h, w), (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+            return DataConfig((h, w), IMAGENET_MEAN, IMAGENET_STD)
         t = weights.transforms()
         crop = int(t.crop_size[0])
         resize = int(t.resize_size[0])

@@ -37,6 +37,14 @@ def class_name(names: Sequence[str] | None, index: int) -> str | None:
     return names[index] if names and 0 <= index < len(names) else None
 
 
+def topk_entries(probabilities: torch.Tensor, names: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The model's top classes of an image as records list them: index, name, probability."""
+    top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
+    return [
+        {"index": int(i), "name": class_name(names, int(i)), "probability": round(float(p), 6)} for p, i in zip(top.values, top.indices)
+    ]
+
+
 def target_record(
     cams: CamBatch, row: int, k: int, probabilities: torch.Tensor, names: Sequence[str] | None, **paths: str | None
 ) -> TargetRecord:
@@ -61,7 +69,6 @@ def image_record(
     context: dict[str, Any],
 ) -> ImageRecord:
     """An explained image's record: the first target at the top level, every target, the model's top classes."""
-    top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
     first = targets[0]
     return ImageRecord(
         input=input_name,
@@ -75,9 +82,7 @@ def image_record(
         blank=first.blank,  # the top-level fields describe the first target; each target has its own flag
         outputs=[t.overlay for t in targets if t.overlay],
         targets=targets,
-        topk=[
-            {"index": int(i), "name": class_name(names, int(i)), "probability": round(float(p), 6)} for p, i in zip(top.values, top.indices)
-        ],
+        topk=topk_entries(probabilities, names),
         **context,
     )
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradcam_cli.cams.engine import compute_cams
 from gradcam_cli.cams.targets import TargetChoice
 from gradcam_cli.errors import InputError, UsageError
 from gradcam_cli.evaluate import baselines
@@ -33,7 +32,8 @@ from gradcam_cli.inputs.truth import ClassIndex
 from gradcam_cli.layers.paths import resolve_layers
 from gradcam_cli.maps import probabilities as class_probabilities
 from gradcam_cli.outputs.records import EvalRecord, TargetRecord
-from gradcam_cli.outputs.writer import TOPK_IN_RECORD
+from gradcam_cli.outputs.writer import class_name as name_of
+from gradcam_cli.outputs.writer import topk_entries
 from gradcam_cli.run.evaluation_extras import BatchMaps, Decoded, Extras, Measured
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.workers import default_workers, ordered_map
@@ -51,6 +51,11 @@ class EvalPlan:
     scoring: Scoring
     boxes: Path | None = None  # the objects, for the pointing game
     overlays: bool = False  # each map set's overlay written (for the report)
+
+
+def _per_image(classes: torch.Tensor) -> TargetChoice:
+    """Each image's own class, as every map set of the batch explains it."""
+    return TargetChoice(classes=tuple(int(c) for c in classes.tolist()), per_image=True)
 
 
 def baseline_maps(x: torch.Tensor, inputs: list[str]) -> dict[str, torch.Tensor]:
@@ -185,8 +190,9 @@ class Evaluator:
         """Each method's maps (N, H, W) of the batch, all for the first method's classes."""
         first = self.runs[0].compute(x)
         classes = first.targets[:, 0]
-        chosen = TargetChoice(classes=tuple(int(c) for c in classes.tolist()), per_image=True)
-        sets = BatchMaps(maps={}, blank={}, finite={}, classes=classes, logits=first.logits.float())
+        chosen = _per_image(classes)
+        logits = first.logits.float()
+        sets = BatchMaps(maps={}, blank={}, finite={}, classes=classes, logits=logits, probabilities=class_probabilities(logits))
         for run in self.runs:
             self.doing(f"{run.method.name} maps of {x.shape[0]} images")
             cams = first if run is self.runs[0] else replace(run, targets=chosen).compute(x)
@@ -197,15 +203,11 @@ class Evaluator:
 
     def maps_with(self, net: torch.nn.Module, x: torch.Tensor, classes: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each method's maps computed with another network of the same architecture (the sanity check's copies)."""
-        chosen = TargetChoice(classes=tuple(int(c) for c in classes.tolist()), per_image=True)
         out = {}
         for run in self.runs:
             layers = resolve_layers(net, [layer.name for layer in run.layers], self.loaded.name)
-            cams = compute_cams(
-                net, x, layers, run.method, chosen, options=run.options, num_prefix_tokens=self.loaded.num_prefix_tokens,
-                grid=self.settings.target.grid, model_name=self.loaded.name,
-            )  # fmt: skip
-            out[run.method.name] = torch.nan_to_num(cams.maps[:, 0].float())
+            on_net = replace(run, loaded=replace(run.loaded, model=net), layers=layers, targets=_per_image(classes))
+            out[run.method.name] = torch.nan_to_num(on_net.compute(x).maps[:, 0].float())
         return out
 
     def _record(self, item: Decoded, row: int, name: str, scores: MapScores, extra: Measured, sets: BatchMaps) -> EvalRecord:
@@ -216,8 +218,8 @@ class Evaluator:
             error = f"{path}: the model's scores or gradients are not finite (NaN or inf) for {name}"
             return EvalRecord(input=path, ok=False, error=error, model=self.loaded.name, method=name)
         index = int(sets.classes[row])
-        class_name = self.classes.names[index] if 0 <= index < len(self.classes.names) else None
-        probabilities = class_probabilities(sets.logits[row])
+        class_name = name_of(self.classes.names, index)
+        probabilities = sets.probabilities[row]
         probability = round(float(probabilities[index]), 6)
         is_blank = bool(sets.blank[name][row]) if not baseline else False
         metrics = {key: values[row] for key, values in scores.measures.items()}
@@ -231,18 +233,10 @@ class Evaluator:
         return EvalRecord(
             input=path, ok=True, model=self.loaded.name, method=name, baseline=baseline, layers=run.layer_names() if run else [],
             width=int(item.photo.shape[1]), height=int(item.photo.shape[0]), class_index=index, class_name=class_name,
-            probability=probability, blank=is_blank, topk=self._topk(probabilities), metrics=metrics, fractions=scores.fractions,
+            probability=probability, blank=is_blank, topk=topk_entries(probabilities, self.classes.names), metrics=metrics,
+            fractions=scores.fractions,
             curves={key: rows[row] for key, rows in scores.curves.items()}, sanity=extra.sanity_of(name, row), targets=targets,
         )  # fmt: skip
-
-    def _topk(self, probabilities: torch.Tensor) -> list[dict[str, object]]:
-        """The model's top classes of the image, as explain's records list them (the report counts them)."""
-        top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
-        names = self.classes.names
-        return [
-            {"index": int(i), "name": names[int(i)] if int(i) < len(names) else None, "probability": round(float(p), 6)}
-            for p, i in zip(top.values, top.indices)
-        ]
 
     def photo_map(self, item: Decoded, cam: torch.Tensor) -> np.ndarray:
         """A map at the input size, put back on the photo as explain's `.npy` is."""

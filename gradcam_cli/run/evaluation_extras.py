@@ -48,6 +48,7 @@ class BatchMaps:
     finite: dict[str, torch.Tensor]  # per method: (N,) bool, scores and gradients finite
     classes: torch.Tensor  # (N,) the class every map set explains
     logits: torch.Tensor  # (N, classes)
+    probabilities: torch.Tensor  # (N, classes), computed once from the logits (softmax; a single logit's sigmoid)
 
 
 class EvaluatorView(Protocol):
