@@ -26,7 +26,6 @@ from gradcam_cli.inputs.decode import _pil_to_rgb, load_image
 from gradcam_cli.layers.defaults import default_layer_paths
 from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer
 from gradcam_cli.maps import CamOptions, member_of
-from gradcam_cli.maps import probabilities as class_probabilities
 from gradcam_cli.vocab import Combine, Norm
 from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
@@ -34,7 +33,7 @@ from gradcam_cli.model.load import load_model as load_loaded_model
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
 from gradcam_cli.outputs.picture import draw
 from gradcam_cli.outputs.render import guided_photo, photo_maps
-from gradcam_cli.outputs.writer import caption_for, image_record, target_record
+from gradcam_cli.outputs.writer import caption_for, image_probabilities, image_record, target_record
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.settings import DEFAULT_MAX_PIXELS, ExplainSettings, ModelSettings, build_settings
 from gradcam_cli.values import checked_preprocessing
@@ -173,7 +172,7 @@ class ClassMap:
 
     class_index: int
     class_name: str | None
-    probability: float  # softmax of the logits, as in the record
+    probability: float | None  # as in the record: softmax, a sigmoid (binary, multilabel), None (a regression)
     score: float  # the logit
     blank: bool  # nothing survived the ReLU, or the map is flat: try another layer or class
     map: np.ndarray = field(repr=False)  # float32 (H, W) in [0, 1]: what the overlay shows
@@ -196,15 +195,19 @@ class Explanation:
     image: np.ndarray = field(repr=False)  # the photo as decoded: (H, W, 3) uint8, upright
     geometry: Geometry = field(repr=False)  # where the model's input lay on the photo
 
-    map = property(lambda self: self.targets[0].map)
-    overlay = property(lambda self: self.targets[0].overlay)
-    class_index = property(lambda self: self.targets[0].class_index)
-    class_name = property(lambda self: self.targets[0].class_name)
-    probability = property(lambda self: self.targets[0].probability)
+    map = property(lambda self: self._first("map"))
+    overlay = property(lambda self: self._first("overlay"))
+    class_index = property(lambda self: self._first("class_index"))
+    class_name = property(lambda self: self._first("class_name"))
+    probability = property(lambda self: self._first("probability"))
+
+    def _first(self, name: str) -> Any:
+        """The first class's field; None when nothing was explained (multilabel=True, no label above the threshold)."""
+        return getattr(self.targets[0], name) if self.targets else None
 
     def _repr_png_(self) -> bytes | None:
         """A notebook shows the first overlay."""
-        return self.overlay._repr_png_()
+        return self.overlay._repr_png_() if self.targets else None
 
 
 def _settings(ready: ReadyModel, given: dict[str, Any]) -> ExplainSettings:
@@ -250,7 +253,9 @@ def _compute(run: PreparedRun, array: np.ndarray) -> CamBatch:
     return run.compute(torch.from_numpy(np.stack([array]))).to_cpu()
 
 
-def _class_map(run: PreparedRun, photo: np.ndarray, geometry: Geometry, cams: CamBatch, k: int, probabilities: torch.Tensor) -> ClassMap:
+def _class_map(
+    run: PreparedRun, photo: np.ndarray, geometry: Geometry, cams: CamBatch, k: int, probabilities: torch.Tensor | None
+) -> ClassMap:
     """One class's map put back onto the photo and drawn by the CLI writer's own functions, nothing written."""
     from PIL import Image
 
@@ -278,8 +283,8 @@ def _explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geome
     """The maps, overlays and record of the image, built as the CLI's writer builds them."""
     if not bool(cams.finite[0]):
         raise InputError(f"{name}: the model's scores or gradients are not finite (NaN or inf) for this image")
-    probabilities = class_probabilities(cams.logits[0])
-    targets = tuple(_class_map(run, photo, geometry, cams, k, probabilities) for k in range(cams.targets.shape[1]))
+    probabilities = image_probabilities(cams.logits[0], run.kind)
+    targets = tuple(_class_map(run, photo, geometry, cams, k, probabilities) for k in cams.ranks(0))
     record = image_record(name, photo, [t.record for t in targets], probabilities, run.loaded.class_names, run.record_context())
     return Explanation(targets, record, _read_only(np.array(photo)), geometry)
 
@@ -307,6 +312,9 @@ def explain(
     precision: str = "auto",
     max_pixels: int = DEFAULT_MAX_PIXELS,
     negative: bool = False,
+    multilabel: bool = False,
+    threshold: float | None = None,
+    output_index: int | None = None,
 ) -> Explanation:
     """Explain one image as `gradcam explain IMAGE` does, and return its maps and overlays instead of writing them.
 

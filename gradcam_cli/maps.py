@@ -70,6 +70,12 @@ class CamBatch:
     logits: torch.Tensor  # (N, classes)
     targets: torch.Tensor  # (N, K) class indices
     guided: torch.Tensor | None = None
+    chosen: torch.Tensor | None = None  # (N, K) bool: which ranks are explained (⟨multilabel⟩: each image its own labels)
+
+    def ranks(self, row: int) -> list[int]:
+        """The target ranks explained for one image: all K, or with ⟨multilabel⟩ its labels above the threshold."""
+        every = range(int(self.targets.shape[1]))
+        return list(every) if self.chosen is None else [k for k in every if bool(self.chosen[row, k])]
 
     def to_cpu(self) -> CamBatch:
         """One transfer per batch, so writer threads never touch the device."""
@@ -83,6 +89,7 @@ class CamBatch:
             logits=self.logits.cpu(),
             targets=self.targets.cpu(),
             guided=None if self.guided is None else self.guided.cpu(),
+            chosen=None if self.chosen is None else self.chosen.cpu(),
         )
 
 
@@ -156,7 +163,8 @@ def finite_rows(*tensors: torch.Tensor) -> torch.Tensor:
     return finite
 
 
-def probabilities(logits: torch.Tensor) -> torch.Tensor:
-    """Class probabilities of logits (..., classes): softmax; a single logit is a binary classifier's, its sigmoid."""
+def probabilities(logits: torch.Tensor, multilabel: bool = False) -> torch.Tensor:
+    """Class probabilities of logits (..., classes): softmax; a single logit (a binary classifier) or
+    independent labels (⟨multilabel⟩) each their sigmoid."""
     logits = logits.float()
-    return logits.sigmoid() if logits.shape[-1] == 1 else logits.softmax(dim=-1)
+    return logits.sigmoid() if multilabel or logits.shape[-1] == 1 else logits.softmax(dim=-1)

@@ -53,6 +53,9 @@ class TargetSettings:
     topk: int = 1
     grid: tuple[int, int] | None = None
     negative: bool = False  # explain minus the class score
+    multilabel: bool = False  # independent labels (sigmoid): one map per label above the threshold
+    threshold: float | None = None  # with multilabel; None: targets.DEFAULT_THRESHOLD
+    output_index: int | None = None  # a regression output's value to explain
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -244,6 +247,16 @@ OPTIONS: tuple[Option, ...] = (
                "negative class; the Grad-CAM paper's counterfactual maps)"),
     Option(name="topk", flags=("--topk", "-k"), kind=int, default=1, group="target", metavar="K", minimum=1,
            help="Explain the top K classes (one map each).", doc="explain the top K classes, one overlay each"),
+    Option(name="multilabel", flags=("--multilabel",), kind=bool, default=False, group="target",
+           help="Independent labels (sigmoid per logit): one map per label above --threshold.",
+           doc="a multi-label model: each logit's sigmoid is its label's probability; one overlay per label above "
+               "`--threshold` (none when no label reaches it)"),
+    Option(name="threshold", flags=("--threshold",), kind=float, default=None, group="target", metavar="P", minimum=0,
+           maximum=1, help="With --multilabel: the probability a label needs (default 0.5).",
+           doc="with `--multilabel`: the sigmoid a label needs to be explained (default 0.5)"),
+    Option(name="output_index", flags=("--output-index",), kind=int, default=None, group="target", metavar="N", minimum=0,
+           help="Explain value N of a regression output (its raw value, no probability).",
+           doc="a regression model: explain output value N, the score as it is (no softmax, no probability)"),
     Option(name="crop", flags=("--crop/--whole",), kind=bool, default=False, group="inputs",
            help="Use the model's centre crop (the map covers only that part), or the whole image (default).",
            doc="`--whole` (default): the whole image is resized to the model's input size, so the map covers every pixel. "

@@ -112,3 +112,12 @@ class Substrate(str, Enum):
     zero = "zero"  # zeros in the model's normalised input space (torchcam's and RISE's default)
     blur = "blur"  # the image blurred (RISE's insertion substrate)
     mean = "mean"  # each channel's mean over the image
+
+
+class TargetKind(str, Enum):
+    """What one map explains, and so how a score reads as a probability (records say it as `target`)."""
+
+    single_class = "class"  # one class of a softmax
+    binary = "binary"  # a single logit: its sigmoid
+    multilabel = "multilabel"  # independent labels: each logit's sigmoid
+    regression = "regression"  # a raw output value: no probability

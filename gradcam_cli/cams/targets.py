@@ -1,4 +1,4 @@
-"""Which class each map explains: top-1, named or numbered classes, or the top K."""
+"""Which class each map explains: top-1, named or numbered classes, the top K, or every label above a threshold."""
 
 from __future__ import annotations
 
@@ -10,14 +10,23 @@ from gradcam_cli.errors import UsageError
 
 import torch
 
+DEFAULT_THRESHOLD = 0.5  # ⟨multilabel⟩'s labels: a sigmoid of at least this (the option table's doc says it)
+
 
 @dataclass(frozen=True)
 class TargetChoice:
-    """Explicit class indices (the same for every image), one per image, or the top K."""
+    """Explicit class indices (the same for every image), one per image, the top K, or the labels above a threshold.
+
+    With `threshold` (⟨multilabel⟩) each image has its own number of labels: a
+    batch explains as many ranks as its most-labelled image has, and
+    `explained` says which of them each image keeps.
+    """
 
     classes: tuple[int, ...] = ()
     per_image: bool = False
     topk: int = 1
+    threshold: float | None = None  # ⟨multilabel⟩: every label whose sigmoid reaches it
+    regression: bool = False  # ⟨output_index⟩: the class is an output's position, its score a value
 
     @property
     def count(self) -> int:
@@ -25,21 +34,40 @@ class TargetChoice:
             return 1
         return len(self.classes) if self.classes else self.topk
 
+    @property
+    def by_threshold(self) -> bool:
+        return self.threshold is not None and not self.classes
+
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
         """(N, K) class indices for a batch of logits (N, classes)."""
         n, num_classes = logits.shape
+        if self.by_threshold:
+            most = int((logits.detach().float().sigmoid() >= float(self.threshold or 0)).sum(dim=1).max())
+            return logits.detach().topk(max(1, most), dim=1).indices  # the sigmoid keeps the logits' order
         if not self.classes:
             k = min(self.topk, num_classes)
             return logits.detach().topk(k, dim=1).indices
-        bad = [c for c in self.classes if not 0 <= c < num_classes]
-        if bad:
-            raise UsageError(f"class index {bad[0]} is out of range; the model has {num_classes} classes (0..{num_classes - 1})")
+        self.check(num_classes)
         chosen = torch.tensor(self.classes, dtype=torch.long, device=logits.device)
         if self.per_image:
             if len(self.classes) != n:
                 raise UsageError(f"{len(self.classes)} classes given for a batch of {n} images; give one per image")
             return chosen[:, None]
         return chosen[None, :].expand(n, -1)
+
+    def check(self, num_classes: int) -> None:
+        """Every named class (or output value) is one the model has."""
+        bad = [c for c in self.classes if not 0 <= c < num_classes]
+        if bad and self.regression:
+            raise UsageError(f"⟨output_index={bad[0]}⟩ is out of range; the model's output has {num_classes} values (0..{num_classes - 1})")
+        if bad:
+            raise UsageError(f"class index {bad[0]} is out of range; the model has {num_classes} classes (0..{num_classes - 1})")
+
+    def explained(self, logits: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor | None:
+        """(N, K) bool: the ranks each image keeps (its labels above the threshold); None when it keeps all."""
+        if not self.by_threshold:
+            return None
+        return logits.detach().float().gather(1, chosen.to(logits.device)).sigmoid() >= float(self.threshold or 0)
 
 
 def parse_class(value: str | int, class_names: Sequence[str] | None) -> int:
@@ -63,12 +91,35 @@ def parse_class(value: str | int, class_names: Sequence[str] | None) -> int:
     raise UsageError(f"⟨classes='{text}'⟩ is not a class of this model{hint}; give a name from the labels or an index")
 
 
-def target_choice(values: Sequence[str | int], topk: int, class_names: Sequence[str] | None) -> TargetChoice:
+def target_choice(
+    values: Sequence[str | int],
+    topk: int,
+    class_names: Sequence[str] | None,
+    *,
+    multilabel: bool = False,
+    threshold: float | None = None,
+    output_index: int | None = None,
+) -> TargetChoice:
+    """The classes to explain, with the combinations that make no sense refused before any image is read."""
     if topk < 1:
         raise UsageError(f"⟨topk={topk}⟩: must be 1 or more")
     if values and topk > 1:
         raise UsageError("⟨classes⟩ and ⟨topk⟩ exclude each other; use one")
-    return TargetChoice(classes=tuple(parse_class(v, class_names) for v in values), topk=topk)
+    if output_index is not None:
+        if values or topk > 1 or multilabel:
+            raise UsageError("⟨output_index⟩ explains one value of a regression output; it excludes ⟨classes⟩, ⟨topk⟩ and ⟨multilabel⟩")
+        return TargetChoice(classes=(output_index,), regression=True)
+    if threshold is not None and not multilabel:
+        raise UsageError("⟨threshold⟩ picks the labels of a multi-label model: give it with ⟨multilabel=True⟩")
+    if multilabel and (topk > 1 or (values and threshold is not None)):
+        raise UsageError(
+            "⟨multilabel=True⟩ explains every label above ⟨threshold⟩, or the ⟨classes⟩ named; ⟨topk⟩, "
+            "and a threshold beside ⟨classes⟩, do not apply"
+        )
+    classes = tuple(parse_class(v, class_names) for v in values)
+    if not multilabel:
+        return TargetChoice(classes=classes, topk=topk)
+    return TargetChoice(classes=classes, threshold=DEFAULT_THRESHOLD if threshold is None else threshold)
 
 
 @dataclass(frozen=True)

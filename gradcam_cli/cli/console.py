@@ -77,10 +77,26 @@ def human_line(record: Any) -> str:
     if not record.ok:
         error = record.error or "failed"
         return f"✗ {error}" if names_input(error, record.input) else f"✗ {record.input}: {error}"
-    name = f" {record.class_name}" if record.class_name else ""
-    probability = f" p={record.probability:.3f}" if record.probability is not None else ""
     truth = f"  (wrong: it is {record.true_class})" if record.correct is False else ""
-    return f"✓ {record.input} → {', '.join(record.outputs)}  class {record.class_index}{name}{probability}{truth}{_blank_note(record)}"
+    return f"✓ {record.input} → {', '.join(record.outputs) or 'no map'}  {_explained(record)}{truth}{_blank_note(record)}"
+
+
+def _explained(record: Any) -> str:
+    """What the maps explain: `class 281 tabby p=0.930`, `labels 3 dog p=0.91, 7 cat p=0.62`, `output 0 = 3.2`."""
+    kind = str(record.target or "")
+    if kind.startswith("regression"):
+        return f"output {record.class_index} = {record.score:.4g}"
+    if kind.startswith("multilabel") and len(record.targets) != 1:
+        if not record.targets:
+            top = record.topk[0] if record.topk else None
+            best = f"; the likeliest: {top['name'] or top['index']} p={top['probability']:.3f}" if top else ""
+            return f"no label above the threshold{best}"
+        return "labels " + ", ".join(_class_words(t.class_index, t.class_name, t.probability) for t in record.targets)
+    return "class " + _class_words(record.class_index, record.class_name, record.probability)
+
+
+def _class_words(index: int, name: str | None, probability: float | None) -> str:
+    return f"{index}{f' {name}' if name else ''}{f' p={probability:.3f}' if probability is not None else ''}"
 
 
 def _blank_note(record: Any) -> str:

@@ -100,9 +100,10 @@ def scores_view(model: nn.Module, choice: str | None = None) -> nn.Module:
 
 
 def _picked_forward(self: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """The scores; one value per image (N,), as a regression or a binary head's `squeeze(1)` gives, as (N, 1)."""
     scores, key = pick_scores(self.__dict__["_gradcam_forward"](self, *args, **kwargs), self.__dict__["_gradcam_choice"])
     self.__dict__["output_key"] = key
-    return scores
+    return scores[:, None] if scores.dim() == 1 else scores
 
 
 def _returns_tensor(model: nn.Module) -> bool:

@@ -99,7 +99,9 @@ def _fitted(draw: object, font: object, text: str, width: int) -> str:
     return text[:low].rstrip() + "…" if low else "…"
 
 
-def caption_text(class_name: str | None, class_index: int, probability: float, method: str, layers: list[str]) -> str:
-    """What the picture shows, in one line: `tabby cat  p=0.83  gradcam @ layer4`."""
-    name = class_name or f"class {class_index}"
-    return f"{name}  p={probability:.2f}  {method} @ {', '.join(layers)}"
+def caption_text(
+    class_name: str | None, class_index: int, probability: float | None, method: str, layers: list[str], what: str | None = None
+) -> str:
+    """What the picture shows, in one line: `tabby cat  p=0.83  gradcam @ layer4` (`what`: a regression's `output 0 = 3.2`)."""
+    shown = what or f"{class_name or f'class {class_index}'}" + (f"  p={probability:.2f}" if probability is not None else "")
+    return f"{shown}  {method} @ {', '.join(layers)}"

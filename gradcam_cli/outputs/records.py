@@ -39,7 +39,7 @@ class TargetRecord:
     class_index: int
     class_name: str | None
     score: float
-    probability: float
+    probability: float | None  # None for a regression output's value
     blank: bool
     overlay: str | None = None
     raw: str | None = None
@@ -57,7 +57,7 @@ class ImageRecord:
     model: str | None = None
     source: str | None = None  # the hub that built the model: timm, torchvision, or code (the user's own)
     output: str | None = None  # where in the forward's result the class scores were (None: the result is them)
-    target: str | None = None  # what the maps explain: "class" (softmax), "binary" (one logit), ", negative": minus it
+    target: str | None = None  # what the maps explain: class, binary, multilabel or regression (vocab.TargetKind); ", negative"
     layers: list[str] = field(default_factory=list)
     method: str | None = None
     device: str | None = None

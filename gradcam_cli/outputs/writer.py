@@ -20,7 +20,7 @@ from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
 from gradcam_cli.outputs.picture import caption_text, draw
 from gradcam_cli.outputs.render import encode_npy, encode_png, guided_photo, photo_maps
-from gradcam_cli.vocab import Colormap, Style
+from gradcam_cli.vocab import Colormap, Style, TargetKind
 from gradcam_cli.geometry import Geometry
 from gradcam_cli.maps import probabilities as class_probabilities
 
@@ -37,8 +37,17 @@ def class_name(names: Sequence[str] | None, index: int) -> str | None:
     return names[index] if names and 0 <= index < len(names) else None
 
 
-def topk_entries(probabilities: torch.Tensor, names: Sequence[str] | None) -> list[dict[str, Any]]:
-    """The model's top classes of an image as records list them: index, name, probability."""
+def image_probabilities(logits: torch.Tensor, kind: TargetKind) -> torch.Tensor | None:
+    """One image's class probabilities as its kind of target reads them; a regression's values have none."""
+    if kind is TargetKind.regression:
+        return None
+    return class_probabilities(logits, multilabel=kind is TargetKind.multilabel)
+
+
+def topk_entries(probabilities: torch.Tensor | None, names: Sequence[str] | None) -> list[dict[str, Any]]:
+    """The model's top classes of an image as records list them: index, name, probability (none for a regression)."""
+    if probabilities is None:
+        return []
     top = probabilities.topk(min(TOPK_IN_RECORD, probabilities.numel()))
     return [
         {"index": int(i), "name": class_name(names, int(i)), "probability": round(float(p), 6)} for p, i in zip(top.values, top.indices)
@@ -46,7 +55,7 @@ def topk_entries(probabilities: torch.Tensor, names: Sequence[str] | None) -> li
 
 
 def target_record(
-    cams: CamBatch, row: int, k: int, probabilities: torch.Tensor, names: Sequence[str] | None, **paths: str | None
+    cams: CamBatch, row: int, k: int, probabilities: torch.Tensor | None, names: Sequence[str] | None, **paths: str | None
 ) -> TargetRecord:
     """One explained class of one image, as its record says it (`paths`: overlay, raw, guided, when written)."""
     index = int(cams.targets[row, k])
@@ -54,7 +63,7 @@ def target_record(
         class_index=index,
         class_name=class_name(names, index),
         score=round(float(cams.logits[row, index]), 6),
-        probability=round(float(probabilities[index]), 6),
+        probability=None if probabilities is None else round(float(probabilities[index]), 6),
         blank=bool(cams.blank[row, k]),
         **paths,
     )
@@ -64,22 +73,23 @@ def image_record(
     input_name: str,
     image: np.ndarray,
     targets: list[TargetRecord],
-    probabilities: torch.Tensor,
+    probabilities: torch.Tensor | None,
     names: Sequence[str] | None,
     context: dict[str, Any],
 ) -> ImageRecord:
-    """An explained image's record: the first target at the top level, every target, the model's top classes."""
-    first = targets[0]
+    """An explained image's record: the first target at the top level, every target, the model's top classes.
+
+    A multi-label image with no label above the threshold has no target: its top-level class fields are None.
+    """
+    first = targets[0] if targets else None
+    # the top-level fields describe the first target; each target has its own blank flag
+    top = {name: getattr(first, name) for name in ("class_index", "class_name", "score", "probability", "blank")} if first else {}
     return ImageRecord(
         input=input_name,
         ok=True,
         width=int(image.shape[1]),
         height=int(image.shape[0]),
-        class_index=first.class_index,
-        class_name=first.class_name,
-        score=first.score,
-        probability=first.probability,
-        blank=first.blank,  # the top-level fields describe the first target; each target has its own flag
+        **top,
         outputs=[t.overlay for t in targets if t.overlay],
         targets=targets,
         topk=topk_entries(probabilities, names),
@@ -89,7 +99,9 @@ def image_record(
 
 def caption_for(record: TargetRecord, context: dict[str, Any]) -> str:
     """The caption of one explained class: its name, probability, and the run's method and layers."""
-    return caption_text(record.class_name, record.class_index, record.probability, str(context["method"]), list(context["layers"]))
+    regression = str(context.get("target", "")).startswith(TargetKind.regression.value)
+    what = f"output {record.class_index} = {record.score:.4g}" if regression else None
+    return caption_text(record.class_name, record.class_index, record.probability, str(context["method"]), list(context["layers"]), what)
 
 
 class ResultWriter:
@@ -109,6 +121,7 @@ class ResultWriter:
         save_guided: bool = False,
         raw_norm: bool = False,
         explicit_classes: bool = False,
+        kind: TargetKind = TargetKind.single_class,
     ) -> None:
         self.namer = namer
         self.class_names = class_names
@@ -117,6 +130,7 @@ class ResultWriter:
         self.save_raw, self.save_guided = save_raw, save_guided
         self.raw_norm = raw_norm  # maps hold raw values (--norm none): scale them for display
         self.explicit_classes = explicit_classes
+        self.kind = kind  # how the logits read as probabilities (softmax, sigmoid, none)
         self._folders_ready: set[Path] = set()
         self._folders_lock = threading.Lock()
 
@@ -133,11 +147,9 @@ class ResultWriter:
         """Write this image's files for every explained class and build its record."""
         if not bool(cams.finite[row]):
             raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
-        probabilities = class_probabilities(cams.logits[row])
-        several = cams.targets.shape[1] > 1 or self.explicit_classes
-        targets = [
-            self._write_target(path, image, geometry, cams, row, k, base, several, probabilities) for k in range(cams.targets.shape[1])
-        ]
+        probabilities = image_probabilities(cams.logits[row], self.kind)
+        several = cams.targets.shape[1] > 1 or self.explicit_classes or self.kind is TargetKind.multilabel
+        targets = [self._write_target(path, image, geometry, cams, row, k, base, several, probabilities) for k in cams.ranks(row)]
         return image_record(str(path), image, targets, probabilities, self.class_names, self.context)
 
     def skipped_record(self, path: Path, outputs: list[str]) -> ImageRecord:
@@ -158,7 +170,7 @@ class ResultWriter:
         k: int,
         base: PurePath,
         several: bool,
-        probabilities: torch.Tensor,
+        probabilities: torch.Tensor | None,
     ) -> TargetRecord:
         """Map one class's CAM back onto the photo and write it."""
         index = int(cams.targets[row, k])

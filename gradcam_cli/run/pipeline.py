@@ -71,6 +71,7 @@ class Explainer:
             save_guided=outputs.save_guided,
             raw_norm=settings.maps.norm is not Norm.minmax,
             explicit_classes=bool(self.prepared.targets.classes),
+            kind=self.prepared.kind,
         )
 
     @property
@@ -214,6 +215,6 @@ class Explainer:
 def _namer(run: PreparedRun) -> OutputNamer:
     """Output names: a class suffix when several classes are explained, wide enough for the largest index."""
     targets, outputs = run.targets, run.settings.outputs
-    several = bool(targets.classes) or targets.topk > 1
+    several = bool(targets.classes) or targets.topk > 1 or targets.by_threshold
     largest = max(targets.classes or [(run.num_outputs or 1) - 1]) if several else None
     return OutputNamer(outputs.output_dir, run.method.name, largest, outputs.save_raw, outputs.save_guided)

@@ -26,6 +26,7 @@ from gradcam_cli.maps import CamBatch, CamOptions, ProgressFn
 from gradcam_cli.model import load as model_load
 from gradcam_cli.model.device import place_model, resolve_device, resolve_precision
 from gradcam_cli.settings import ExplainSettings
+from gradcam_cli.vocab import TargetKind
 
 NO_PRETRAINED = (
     "⟨pretrained=False⟩: random (seeded) weights; the classes and maps mean nothing (useful only to try the tool or a layer path)"
@@ -56,7 +57,7 @@ class PreparedRun:
         x = x.to(self.device, non_blocking=True)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
-        return compute_cams(
+        cams = compute_cams(
             self.model,
             x,
             self.layers,
@@ -67,11 +68,21 @@ class PreparedRun:
             grid=self.settings.target.grid,
             model_name=self.loaded.name,
         )
+        cams.chosen = self.targets.explained(cams.logits, cams.targets)
+        return cams
+
+    @property
+    def kind(self) -> TargetKind:
+        """What a map explains: a class of a softmax, a single logit (binary), independent labels, or a raw value."""
+        if self.targets.regression:
+            return TargetKind.regression
+        if self.settings.target.multilabel:
+            return TargetKind.multilabel
+        return TargetKind.binary if self.num_outputs == 1 else TargetKind.single_class
 
     def target_kind(self) -> str:
-        """What a map explains: a class of a softmax, or a single logit (a binary classifier), and whether minus it."""
-        kind = "binary" if self.num_outputs == 1 else "class"
-        return f"{kind}, negative" if self.options.negative else kind
+        """The records' `target`: the kind, and whether the maps explain minus the score."""
+        return f"{self.kind.value}, negative" if self.options.negative else self.kind.value
 
     def layer_names(self) -> list[str]:
         """The layers the maps come from, as the records report them."""
@@ -146,7 +157,7 @@ def prepare_run(
     layers = resolve_layers(loaded.model, paths, loaded.name)
     said: list[str] = list(loaded.notices)
     outputs = model_load.num_outputs(loaded.model)
-    targets = _fit_topk(target_choice(settings.target.classes, settings.target.topk, loaded.class_names), outputs, said.append)
+    targets = _targets(settings, loaded.class_names, outputs, said.append)
     if not model.pretrained and model.weights is None:
         said.append(NO_PRETRAINED)
     prepared = PreparedRun(
@@ -200,9 +211,20 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
+def _targets(settings: ExplainSettings, names: list[str] | None, outputs: int | None, warn: Callable[[str], None]) -> TargetChoice:
+    """The classes, labels or output value each map explains, as the target options ask."""
+    target = settings.target
+    chosen = target_choice(
+        target.classes, target.topk, names, multilabel=target.multilabel, threshold=target.threshold, output_index=target.output_index
+    )
+    if outputs is not None:
+        chosen.check(outputs)  # before any image is read, where the model says its width
+    return _fit_topk(chosen, outputs, warn)
+
+
 def _fit_topk(targets: TargetChoice, classes: int | None, warn: Callable[[str], None]) -> TargetChoice:
     """--topk above the number of classes explains every class, and says so once."""
-    if classes is None or targets.classes or targets.topk <= classes:
+    if classes is None or targets.classes or targets.by_threshold or targets.topk <= classes:
         return targets
     warn(f"⟨topk={targets.topk}⟩: the model has only {classes} classes; explaining all {classes}")
     return TargetChoice(topk=classes)

@@ -13,11 +13,13 @@ def existing_outputs(namer: OutputNamer, targets: TargetChoice, base: PurePath, 
     """An earlier run's overlays when every file this run would write is there whole, else None.
 
     With --topk K the classes are known only after the forward: any K
-    classes whose files are all complete will do.
+    classes whose files are all complete will do. With --multilabel, so are
+    the labels and their number: one complete label will do (an image with no
+    label above the threshold wrote nothing, and is explained again).
     """
-    if targets.topk > 1 and not targets.classes:
+    if targets.by_threshold or (targets.topk > 1 and not targets.classes):
         classes: list[int | None] = list(namer.existing_classes(base))
-        wanted = targets.topk
+        wanted = 1 if targets.by_threshold else targets.topk
     else:
         classes, wanted = list(targets.classes or [None]), len(targets.classes or [None])
     complete = []
@@ -25,4 +27,6 @@ def existing_outputs(namer: OutputNamer, targets: TargetChoice, base: PurePath, 
         paths = [p for p in namer.paths(base, index, save_raw, save_guided) if p is not None]
         if all(is_complete(p) for p in paths):
             complete.append(paths[0])
+    if targets.by_threshold:
+        return complete or None
     return complete[:wanted] if len(complete) >= wanted else None
