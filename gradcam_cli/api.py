@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
@@ -30,12 +30,13 @@ from gradcam_cli.vocab import Combine, Norm
 from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.load import load_model as load_loaded_model
-from gradcam_cli.outputs.records import ImageRecord, TargetRecord
 from gradcam_cli.outputs.picture import draw
 from gradcam_cli.outputs.render import guided_photo, photo_maps
 from gradcam_cli.outputs.writer import caption_for, image_probabilities, image_record, target_record
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
-from gradcam_cli.settings import DEFAULT_MAX_PIXELS, ExplainSettings, ModelSettings, build_settings
+from gradcam_cli.api_results import ClassMap, Explanation
+from gradcam_cli.settings import ExplainSettings, ModelSettings, build_settings
+from gradcam_cli.option_table import DEFAULT_MAX_PIXELS
 from gradcam_cli.values import checked_preprocessing
 
 import torch
@@ -164,50 +165,6 @@ def _photo(image: Any, max_pixels: int) -> tuple[np.ndarray, str]:
 def _read_only(array: np.ndarray) -> np.ndarray:
     array.flags.writeable = False
     return array
-
-
-@dataclass(frozen=True, eq=False)
-class ClassMap:
-    """One explained class: its map and overlay at the photo's resolution, and its part of the record."""
-
-    class_index: int
-    class_name: str | None
-    probability: float | None  # as in the record: softmax, a sigmoid (binary, multilabel), None (a regression)
-    score: float  # the logit
-    blank: bool  # nothing survived the ReLU, or the map is flat: try another layer or class
-    map: np.ndarray = field(repr=False)  # float32 (H, W) in [0, 1]: what the overlay shows
-    raw: np.ndarray = field(repr=False)  # what `--save-raw` writes: `map`, or with norm="none" the raw values
-    overlay: Image.Image = field(repr=False)  # the heat map blended over the photo (RGB)
-    guided: Image.Image | None = field(repr=False)  # method="guided-gradcam": the guided Grad-CAM image (RGB)
-    record: TargetRecord = field(repr=False)  # the CLI record's target, without file paths (nothing was written)
-
-
-@dataclass(frozen=True, eq=False)
-class Explanation:
-    """What explain() found for one image: one ClassMap per explained class, in order, and the record.
-
-    `map`, `overlay`, `class_index`, `class_name` and `probability` are the first class's, like the record's
-    top-level fields. Arrays are read-only.
-    """
-
-    targets: tuple[ClassMap, ...]
-    record: ImageRecord = field(repr=False)  # what `gradcam explain --json` prints for the image, less file paths
-    image: np.ndarray = field(repr=False)  # the photo as decoded: (H, W, 3) uint8, upright
-    geometry: Geometry = field(repr=False)  # where the model's input lay on the photo
-
-    map = property(lambda self: self._first("map"))
-    overlay = property(lambda self: self._first("overlay"))
-    class_index = property(lambda self: self._first("class_index"))
-    class_name = property(lambda self: self._first("class_name"))
-    probability = property(lambda self: self._first("probability"))
-
-    def _first(self, name: str) -> Any:
-        """The first class's field; None when nothing was explained (multilabel=True, no label above the threshold)."""
-        return getattr(self.targets[0], name) if self.targets else None
-
-    def _repr_png_(self) -> bytes | None:
-        """A notebook shows the first overlay."""
-        return self.overlay._repr_png_() if self.targets else None
 
 
 def _settings(ready: ReadyModel, given: dict[str, Any]) -> ExplainSettings:

@@ -2,7 +2,7 @@
 
 Each parser takes the text a flag or a preset gives and returns the value, or
 raises one UsageError line that marks the option and shows what would do.
-Torch-free, like the option table that names them (settings.py).
+Torch-free, like the option table that names them (option_table.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from conftest import ROOT
 PACKAGE = ROOT / "gradcam_cli"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "vocab", "values", "settings", "model.state"}),
+    ("leaves", {"errors", "vocab", "values", "option_table", "settings", "model.state"}),
     ("models", {"model", "model.*"}),
     ("tensors and pixels", {"layout", "geometry", "maps"}),
     ("layers", {"layers", "layers.*"}),
@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("a prepared run", {"run.prepare"}),
     ("files", {"inputs", "inputs.*", "outputs", "outputs.*"}),
     ("the report", {"report", "report.*"}),
-    ("the Python API", {"api"}),
+    ("the Python API", {"api_results", "api"}),
     ("the engine", {"run", "run.*"}),
     ("the command line", {"cli", "cli.*", "__main__", "__init__"}),
 ]
@@ -107,7 +107,7 @@ def test_imports_only_point_down_the_layers() -> None:
 
 # What inputs/ and outputs/ may import besides each other: plain values and pixels, never a model.
 # cams.methods.base is there for the method names in output file names (until they come from vocab).
-FILES_MAY_IMPORT = {"errors", "vocab", "settings", "geometry", "maps", "layout", "cams.methods.base"}
+FILES_MAY_IMPORT = {"errors", "vocab", "option_table", "settings", "geometry", "maps", "layout", "cams.methods.base"}
 
 
 def _within(module: str, package: str) -> bool:

@@ -69,7 +69,7 @@ def test_every_repository_path_in_the_readme_exists() -> None:
 
 
 def test_the_readme_option_table_and_preset_keys_are_the_option_table() -> None:
-    """Both are written from gradcam_cli/settings.py's OPTIONS by tools/readme_options.py: no option exists in one place only."""
+    """Both are written from gradcam_cli/option_table.py's OPTIONS by tools/readme_options.py: no option exists in one place only."""
     import sys
 
     sys.path.insert(0, str(ROOT / "tools"))
@@ -79,7 +79,7 @@ def test_the_readme_option_table_and_preset_keys_are_the_option_table() -> None:
 
 
 def test_every_flag_of_explain_comes_from_the_option_table() -> None:
-    from gradcam_cli.settings import OPTIONS
+    from gradcam_cli.option_table import OPTIONS
 
     declared = {flag for param in _commands()["explain"].params for flag in [*param.opts, *param.secondary_opts]}
     table = {part for option in OPTIONS for flag in option.flags for part in flag.split("/")}
@@ -92,7 +92,7 @@ def test_the_settings_in_a_record_are_options_of_the_table(run_cli, tmp_path) ->
     import json
 
     from conftest import write_image
-    from gradcam_cli.settings import OPTIONS
+    from gradcam_cli.option_table import OPTIONS
 
     image = write_image(tmp_path / "in.png")
     result = run_cli("explain", image, "-m", "test_resnet", "--no-pretrained", "-o", tmp_path / "o", "--json")

@@ -175,6 +175,6 @@ def test_targets_that_make_no_sense_are_one_line(run_cli, code: Path, args, says
 
 def test_the_threshold_default_is_the_one_the_help_says() -> None:
     from gradcam_cli.cams.targets import DEFAULT_THRESHOLD
-    from gradcam_cli.settings import BY_NAME
+    from gradcam_cli.option_table import BY_NAME
 
     assert f"default {DEFAULT_THRESHOLD:g}" in BY_NAME["threshold"].doc and f"default {DEFAULT_THRESHOLD:g}" in BY_NAME["threshold"].help

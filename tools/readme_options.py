@@ -1,4 +1,4 @@
-"""Write the README's option table and preset key list from the one option table (gradcam_cli/settings.py).
+"""Write the README's option table and preset key list from the one option table (gradcam_cli/option_table.py).
 
 python tools/readme_options.py          # rewrite README.md between the markers
 python tools/readme_options.py --check  # exit 1 when README.md differs (tests/test_docs.py checks the same)
@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gradcam_cli.settings import OPTIONS, Option  # noqa: E402
+from gradcam_cli.option_table import OPTIONS, Option  # noqa: E402
 
 
 def markdown_table() -> str:

@@ -24,7 +24,7 @@ from gradcam_cli.cli.inspect import layers, methods
 from gradcam_cli.cli.report import report
 from gradcam_cli.cli.signals import interrupted
 from gradcam_cli.errors import ExitCode, GradcamError, Interrupted
-from gradcam_cli.settings import as_flag
+from gradcam_cli.option_table import as_flag
 
 STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`; the run stopped before the end
 

@@ -1,6 +1,6 @@
 """`gradcam compare`: one grid per image, rows of layers by columns of methods, to see how the evidence forms.
 
-The model options come from the one option table (settings.OPTIONS), built
+The model options come from the one option table (option_table.OPTIONS), built
 into the signature as explain's are; only `--methods` and `--layers` are
 compare's own. Each cell is `gradcam_cli.explain()` of the image with that
 method and layer on the model loaded once, so a cell is exactly the overlay
@@ -24,7 +24,8 @@ from gradcam_cli.cli.console import NO_IMAGE_FOUND, Streams, names_input, write_
 from gradcam_cli.cli.explain import command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods
 from gradcam_cli.errors import ExitCode, InputError, OutputError, UsageError, printable
-from gradcam_cli.settings import BY_NAME, ExplainSettings, as_flag, build_settings, in_flags
+from gradcam_cli.settings import ExplainSettings, build_settings
+from gradcam_cli.option_table import BY_NAME, as_flag, in_flags
 
 STAGES = "stages"
 # the table's options that mean the same in a comparison; --method and --layer become --methods and --layers, and

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from gradcam_cli.settings import in_flags
+from gradcam_cli.option_table import in_flags
 
 
 @dataclass(frozen=True)

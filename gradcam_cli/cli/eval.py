@@ -23,7 +23,8 @@ from gradcam_cli.cli.explain import build_report_for, command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
 from gradcam_cli.cli.signals import StopRequests
 from gradcam_cli.errors import ExitCode, UsageError
-from gradcam_cli.settings import BY_NAME, ExplainSettings, build_settings
+from gradcam_cli.settings import ExplainSettings, build_settings
+from gradcam_cli.option_table import BY_NAME
 from gradcam_cli.vocab import Metric, Substrate, values
 
 DEFAULT_METHODS = "gradcam,gradcam++,xgradcam,layercam"

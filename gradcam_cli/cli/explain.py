@@ -1,4 +1,4 @@
-"""`gradcam explain`: its options come from the one table (settings.OPTIONS); then a run, reported as it goes.
+"""`gradcam explain`: its options come from the one table (option_table.OPTIONS); then a run, reported as it goes.
 
 The command's signature is built from the table, so a flag, its help, its
 default and its preset key cannot drift apart. Named inputs are scanned before
@@ -20,7 +20,8 @@ from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, progress_
 from gradcam_cli.cli.options import parameter
 from gradcam_cli.cli.signals import StopRequests
 from gradcam_cli.errors import ExitCode, GradcamError, UsageError, printable
-from gradcam_cli.settings import OPTIONS, ExplainSettings, build_settings
+from gradcam_cli.settings import ExplainSettings, build_settings
+from gradcam_cli.option_table import OPTIONS
 
 CLI_ONLY = ("inputs", "json_lines", "config", "quiet")  # how to run, not what: no preset key, not in the settings
 

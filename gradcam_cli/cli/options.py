@@ -1,4 +1,4 @@
-"""A row of the option table (settings.OPTIONS) as a typer parameter: how every command's shared options are declared.
+"""A row of the option table (option_table.OPTIONS) as a typer parameter: how every command's shared options are declared.
 
 explain takes the whole table, compare the part that means the same in a
 comparison; either way an option's flags, help, default and checks are the
@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from gradcam_cli.errors import GradcamError, UsageError, printable
-from gradcam_cli.settings import Option
+from gradcam_cli.option_table import Option
 from gradcam_cli.vocab import Method, values
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from gradcam_cli.errors import InputError
-from gradcam_cli.settings import DEFAULT_MAX_PIXELS
+from gradcam_cli.option_table import DEFAULT_MAX_PIXELS
 
 
 def _to_uint8(array: np.ndarray) -> np.ndarray:

@@ -37,7 +37,8 @@ from gradcam_cli.outputs.writer import topk_entries
 from gradcam_cli.run.evaluation_extras import BatchMaps, Decoded, Extras, Measured
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.workers import default_workers, ordered_map
-from gradcam_cli.settings import ExplainSettings, as_flag, in_flags
+from gradcam_cli.settings import ExplainSettings
+from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.vocab import Method, Norm
 
 BASELINES = ("random", "centre", "edges")  # model-blind maps set beside every method

@@ -32,7 +32,8 @@ from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.resume import existing_outputs
 from gradcam_cli.run.summary import Summary
 from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
-from gradcam_cli.settings import ExplainSettings, as_flag, in_flags
+from gradcam_cli.settings import ExplainSettings
+from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.vocab import Norm
 
 OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}

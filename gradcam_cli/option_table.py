@@ -1,0 +1,268 @@
+"""The one option table of `gradcam explain`: every option written once, and how messages spell it.
+
+Each row says an option's flags, default, help, README text, preset key,
+kind and checks. The command's flags (cli/options.py), the preset keys and
+their converters (cli/presets.py), the README's option table and preset key
+list (tools/readme_options.py, checked by tests) and the settings groups
+(settings.py) all derive from it. A leaf: torch-free, imported before the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from gradcam_cli.errors import spelled
+from gradcam_cli.values import parse_channels, parse_grid, parse_input_size, parse_kwarg
+from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, values
+
+DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
+
+
+@dataclass(frozen=True, kw_only=True)
+class Option:
+    """One option of `gradcam explain`: how it is spelled, checked, documented and where it lands."""
+
+    name: str  # the explain parameter and the preset key
+    flags: tuple[str, ...]  # long flag first; "--on/--off" for a switch pair
+    kind: type  # bool, int, float, str, Path, list (repeatable), or an Enum of choices
+    default: Any
+    help: str  # one line for --help
+    doc: str = ""  # the README's words, when --help's line is not enough
+    group: str | None = None  # where it lands in ExplainSettings; None: the command line's own
+    field: str = ""  # the field in its group, when not `name`
+    metavar: str = ""  # what the value is called in the README (and --help for free text)
+    aliases: tuple[str, ...] = ()  # further preset keys meaning the same
+    minimum: float | None = None
+    maximum: float | None = None
+    minimum_meaning: str = ""  # what the smallest value does, when it is special (`0 = automatic`)
+    path: bool = False  # a file or folder: in a preset, relative to the preset's own folder
+    convert: Callable[[str], Any] | None = None
+
+    @property
+    def flag(self) -> str:
+        return self.flags[0].split("/")[0] if self.flags else self.metavar
+
+    @property
+    def preset(self) -> bool:
+        return self.group is not None
+
+    @property
+    def choices(self) -> list[str] | None:
+        return values(self.kind) if isinstance(self.kind, type) and issubclass(self.kind, Enum) else None
+
+
+# A table, one option per entry, read down the page: the formatter leaves it as written.
+# fmt: off
+OPTIONS: tuple[Option, ...] = (
+    Option(name="inputs", flags=(), kind=list, default=None, metavar="INPUTS",
+           help="Images, folders, glob patterns, or - to read paths from stdin (one per line).",
+           doc="image files, folders, glob patterns (`'data/**/*.png'`), or `-` for paths on stdin (one per line)"),
+    Option(name="model", flags=("--model", "-m"), kind=str, default=None, group="model", field="name", metavar="NAME",
+           help="timm name (tags and hf-hub:ORG/NAME work), torchvision:ARCH, hf:ORG/NAME or hf:DIR (transformers), or "
+                "your code: path/net.py:build or package.module:build (this runs that code).",
+           doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`), `torchvision:ARCH`, a transformers "
+               "classifier (`hf:ORG/NAME`, `hf:/saved/dir`; the `[hf]` extra), or your own code: "
+               "`path/to/net.py:build` or `package.module:build`, a callable returning an `nn.Module` (a class, a "
+               "factory) or a module instance, by name. **This imports and runs that code**, as you ask; see "
+               "[Your own model](#your-own-model)"),
+    Option(name="pretrained", flags=("--pretrained/--no-pretrained",), kind=bool, default=True, group="model",
+           help="Load the hub's pretrained weights (ignored with --weights).",
+           doc="load the hub's pretrained weights (default) or start from random weights"),
+    Option(name="weights", flags=("--weights", "-w"), kind=Path, default=None, group="model", metavar="FILE", path=True,
+           help="Local checkpoint (.safetensors, or .pth/.pt state dict).",
+           doc="your checkpoint: `.safetensors`, or a `.pth`/`.pt` state dict (loaded with `weights_only=True`; pickled "
+               "code is refused). `state_dict`/`model` wrappers and `module.` prefixes are unwrapped; the number of classes "
+               "is read from the checkpoint's classifier"),
+    Option(name="ema", flags=("--ema",), kind=bool, default=False, group="model",
+           help="Load the checkpoint's EMA weights (timm's state_dict_ema) instead of its weights.",
+           doc="with `--weights`: the exponential moving average of the weights the training kept (timm's "
+               "`state_dict_ema`, `model_ema`) instead of the weights"),
+    Option(name="output", flags=("--output",), kind=str, default=None, group="model", metavar="KEY|INDEX",
+           help="Where the class scores are in what the forward returns (a key, attribute or index).",
+           doc="where the class scores are in what the model's forward returns: a dict key or attribute (`logits`), or a "
+               "tuple index (`0`). Without it: `logits`, then `out`, then the first tensor"),
+    Option(name="labels", flags=("--labels",), kind=Path, default=None, group="model", metavar="FILE", path=True,
+           help="Class names, one per line.", doc="class names, one per line (ImageNet models have theirs built in)"),
+    Option(name="model_kwargs", flags=("--model-kwargs",), kind=list, default=None, group="model", field="kwargs",
+           metavar="KEY=VALUE", convert=parse_kwarg,
+           help="Keyword argument for the model's builder (your factory, timm, torchvision), the value as JSON; repeat for several.",
+           doc="a keyword argument for whatever builds the model (your factory, `timm.create_model`, torchvision's "
+               "`get_model`), repeatable; the value is read as JSON (`depth=18`, `dims=[64,128]`, `act=\"gelu\"`), else "
+               "kept as text (`act=gelu`)"),
+    Option(name="input_size", flags=("--input-size",), kind=str, default=None, group="model", metavar="HxW",
+           convert=parse_input_size,
+           help="Model input size (224, 160x192 or 3x224x224); overrides the model's data config.",
+           doc="the model's input size, `224`, `160x192` or timm's `3x224x224`; with `--mean`, `--std`, "
+               "`--interpolation` and `--crop-pct` (timm's names) it overrides the model's own data config, for any model"),
+    Option(name="mean", flags=("--mean",), kind=str, default=None, group="model", metavar="R,G,B", convert=parse_channels("mean"),
+           help="Normalisation mean per channel, 0-1 scale (one value for all three).",
+           doc="normalisation mean per channel on the 0-1 scale (values above 1.5 are read as 0-255), or one value for all"),
+    Option(name="std", flags=("--std",), kind=str, default=None, group="model", metavar="R,G,B", convert=parse_channels("std"),
+           help="Normalisation std per channel, 0-1 scale (one value for all three).",
+           doc="normalisation standard deviation per channel, as `--mean`"),
+    Option(name="interpolation", flags=("--interpolation",), kind=Interpolation, default=None, group="model",
+           help="Resampling filter of the resize to the input size.",
+           doc="the resampling filter of the resize to the input size: " + ", ".join(f"`{i}`" for i in values(Interpolation))),
+    Option(name="crop_pct", flags=("--crop-pct",), kind=float, default=None, group="model", metavar="F", minimum=0.05, maximum=1,
+           help="With --crop: the centre crop's share of the resized image (0.875 for ImageNet's 224 of 256).",
+           doc="with `--crop`: the centre crop's share of the resized image (ImageNet's 224 of 256 is `0.875`)"),
+    Option(name="layers", flags=("--layer", "-l"), kind=list, default=None, group="target", metavar="PATH", aliases=("layer",),
+           help="Target layer as a dotted path (negative indices count from the end); repeat to combine. Default: per model family.",
+           doc="target layer, repeatable (maps are combined, see `--combine`, then renormalised). Default: per family, see below"),
+    Option(name="method", flags=("--method",), kind=Method, default=Method.gradcam.value, group="target", metavar="NAME",
+           help="CAM method (see `gradcam methods`).",
+           doc="CAM method, see [Methods](#methods): " + ", ".join(f"`{m}`" for m in values(Method)) + " (default "
+               "`gradcam`). Each method pytorch-grad-cam also has equals its map to 1e-4 (`tests/test_methods.py`, "
+               "`tests/test_gradient_free.py`, `tests/test_fullgrad_guided.py`; where we differ on purpose the test says why)"),
+    Option(name="combine", flags=("--combine",), kind=Combine, default=Combine.mean.value, group="maps",
+           help="How the maps of several --layer are merged.",
+           doc="how the maps of several `--layer` are merged (default `mean`)"),
+    Option(name="relu", flags=("--relu/--no-relu",), kind=bool, default=True, group="maps",
+           help="Keep only positive evidence (default), or the signed map.",
+           doc="keep only positive evidence (default), or keep the signed map"),
+    Option(name="norm", flags=("--norm",), kind=Norm, default=Norm.minmax.value, group="maps",
+           help="minmax: each map scaled to [0,1]; none: raw values (see --save-raw).",
+           doc="`minmax` (default): each map scaled to [0, 1]; `none`: raw values (the overlay is still scaled for display; "
+               "`--save-raw` writes them unscaled)"),
+    Option(name="eigen_smooth", flags=("--eigen-smooth",), kind=bool, default=False, group="maps",
+           help="First principal component of the weighted activations instead of their sum.",
+           doc="reduce the weighted activations by their first principal component instead of summing the channels (less noise)"),
+    Option(name="aug_smooth", flags=("--aug-smooth",), kind=bool, default=False, group="maps",
+           help="Average the maps of 6 mirrored and zoomed views (6x the cost).",
+           doc="average the maps of six views (mirrored, zoomed in and out), each mapped back onto the image; six times the cost"),
+    Option(name="cam_batch_size", flags=("--cam-batch-size",), kind=int, default=32, group="maps", metavar="N", minimum=1,
+           help="Masked or ablated forwards per pass (scorecam, ablationcam).",
+           doc="masked or ablated forwards per pass for `scorecam` and `ablationcam` (default 32); memory does not grow with "
+               "the layer's channels"),
+    Option(name="save_guided", flags=("--save-guided",), kind=bool, default=False, group="outputs",
+           help="With --method guided-gradcam: also write the RGB guided image.",
+           doc="with `--method guided-gradcam`: also write the RGB guided Grad-CAM image, `NAME.EXT.guided-gradcam.guided.png`"),
+    Option(name="classes", flags=("--class", "-c"), kind=list, default=None, group="target", metavar="N|NAME",
+           aliases=("class",), help="Class to explain, by index or name; repeat for several. Default: the top class.",
+           doc="class to explain, by index or name; repeatable. Default: the top class"),
+    Option(name="negative", flags=("--negative",), kind=bool, default=False, group="target",
+           help="Explain what pushes the class score down (minus the score): a binary classifier's other class.",
+           doc="explain minus the class score: the evidence against the class (a single-logit binary classifier's "
+               "negative class; the Grad-CAM paper's counterfactual maps)"),
+    Option(name="topk", flags=("--topk", "-k"), kind=int, default=1, group="target", metavar="K", minimum=1,
+           help="Explain the top K classes (one map each).", doc="explain the top K classes, one overlay each"),
+    Option(name="multilabel", flags=("--multilabel",), kind=bool, default=False, group="target",
+           help="Independent labels (sigmoid per logit): one map per label above --threshold.",
+           doc="a multi-label model: each logit's sigmoid is its label's probability; one overlay per label above "
+               "`--threshold` (none when no label reaches it)"),
+    Option(name="threshold", flags=("--threshold",), kind=float, default=None, group="target", metavar="P", minimum=0,
+           maximum=1, help="With --multilabel: the probability a label needs (default 0.5).",
+           doc="with `--multilabel`: the sigmoid a label needs to be explained (default 0.5)"),
+    Option(name="output_index", flags=("--output-index",), kind=int, default=None, group="target", metavar="N", minimum=0,
+           help="Explain value N of a regression output (its raw value, no probability).",
+           doc="a regression model: explain output value N, the score as it is (no softmax, no probability)"),
+    Option(name="crop", flags=("--crop/--whole",), kind=bool, default=False, group="inputs",
+           help="Use the model's centre crop (the map covers only that part), or the whole image (default).",
+           doc="`--whole` (default): the whole image is resized to the model's input size, so the map covers every pixel. "
+               "`--crop`: the model's own eval transform (resize + centre crop, as in training); the map covers the crop and "
+               "is zero outside it"),
+    Option(name="colormap", flags=("--colormap",), kind=Colormap, default=Colormap.jet.value, group="outputs",
+           help="Heat-map colours.", doc=", ".join(f"`{c}`" for c in values(Colormap)) + " (default `jet`)"),
+    Option(name="alpha", flags=("--alpha",), kind=float, default=0.5, group="outputs", metavar="A", minimum=0, maximum=1,
+           help="Heat-map opacity over the photo, 0 to 1.", doc="heat-map opacity over the photo, 0–1 (default 0.5)"),
+    Option(name="style", flags=("--style",), kind=Style, default=Style.overlay.value, group="outputs",
+           help="overlay: the map over the photo; side-by-side: the photo and the map; contour: iso-lines over the photo.",
+           doc="`overlay` (default): the heat map blended over the photo (`--alpha`); `side-by-side`: the untouched photo "
+               "and the heat map beside it; `contour`: iso-lines of the map at 0.2, 0.4, 0.6 and 0.8 over the untouched "
+               "photo, for busy or similar-coloured images where an overlay hides the shape"),
+    Option(name="caption", flags=("--caption",), kind=bool, default=False, group="outputs",
+           help="Write the class, probability, method and layer under the picture.",
+           doc="write the class name, probability, method and layer on a band under the picture, sized from the picture "
+               "(Pillow's scalable default font, nothing to install)"),
+    Option(name="save_raw", flags=("--save-raw",), kind=bool, default=False, group="outputs",
+           help="Also write the float32 map at the image's size as .npy (in [0,1] unless --norm none).",
+           doc="also write the float32 map at the image's resolution as `.npy` (in [0, 1] unless `--norm none`)"),
+    Option(name="output_dir", flags=("--output-dir", "-o"), kind=Path, default="gradcam_out", group="outputs", metavar="DIR",
+           path=True, help="Where overlays go; input sub-folders are mirrored.",
+           doc="where outputs go (default `gradcam_out/`)"),
+    Option(name="recursive", flags=("--recursive", "-r"), kind=bool, default=False, group="inputs",
+           help="Scan folders recursively.", doc="scan folders recursively"),
+    Option(name="batch_size", flags=("--batch-size", "-b"), kind=int, default=8, group="run", metavar="N", minimum=1,
+           help="Images per forward pass.", doc="images per forward pass (default 8)"),
+    Option(name="device", flags=("--device",), kind=str, default="auto", group="run", metavar="DEVICE",
+           help="auto, cpu, cuda, cuda:N or mps.",
+           doc="`auto` (CUDA, then MPS, then CPU), `cpu`, `cuda`, `cuda:N`, `mps`"),
+    Option(name="precision", flags=("--precision",), kind=Precision, default=Precision.auto.value, group="run",
+           help="auto (bf16 on CUDA, fp32 elsewhere), fp32, bf16 or fp16 for the model's passes; CAM maths stay fp32.",
+           doc="`auto` (bf16 autocast on CUDA, fp32 elsewhere), `fp32`, `bf16`, `fp16`: the dtype of the model's passes; "
+               "the CAM maths always run in fp32"),
+    Option(name="skip_existing", flags=("--skip-existing",), kind=bool, default=False, group="outputs",
+           help="Skip images whose outputs are all there already (resume an interrupted run).",
+           doc="skip images whose outputs are all there already, e.g. to finish an interrupted run (they get a record with "
+               '`"skipped": true`)'),
+    Option(name="truth", flags=("--truth",), kind=Path, default=None, group="inputs", metavar="FILE.csv", path=True,
+           help="Ground truth as `path,class` rows; without it, an image's folder named after a class (val/<class>/x.jpg) is its truth.",
+           doc="ground truth, a CSV file of `path,class` rows (class by name or index; relative paths from the file's folder "
+               "or the current one; a bare file name matches when unique). Without it, an image in a folder named after one "
+               "of the model's classes (`val/<class name>/img.jpg`, the ImageFolder layout; ImageNet's `n01440764` ids too) "
+               "has that class as its truth. Records then carry `true_class`, `true_index` and `correct`"),
+    Option(name="report", flags=("--report",), kind=bool, default=False, group="outputs",
+           help="At the end (also after Ctrl-C), build the HTML report of the output folder (as `gradcam report DIR`).",
+           doc="at the end of the run, also when it is interrupted, build `DIR/report/index.html` from the output folder's "
+               "records, as `gradcam report DIR` does"),
+    Option(name="max_pixels", flags=("--max-pixels",), kind=int, default=DEFAULT_MAX_PIXELS, group="inputs", metavar="N",
+           minimum=0, minimum_meaning=" (0 turns the decompression-bomb guard off)",
+           help="Refuse images with more pixels than this (decompression bombs); 0 = no limit.",
+           doc="refuse images larger than N pixels, read from the header before decoding (default 100,000,000; 0 = no limit): "
+               "a guard against decompression bombs"),
+    Option(name="workers", flags=("--workers",), kind=int, default=0, group="run", metavar="N", minimum=0,
+           minimum_meaning=" (0 = automatic)", help="Threads decoding and writing images beside the model; 0 = automatic.",
+           doc="threads that decode images ahead of the model and write overlays behind it (default 0 = automatic: up to 4 "
+               "on CPU, where the model needs the cores too, up to 16 with a GPU; never more than the cores)"),
+    Option(name="grid", flags=("--grid",), kind=str, default=None, group="target", metavar="HxW", convert=parse_grid,
+           help="Token grid HxW when a layer's layout cannot be inferred.",
+           doc="the token grid, when a layer's layout cannot be inferred"),
+    Option(name="json_lines", flags=("--json/--no-json",), kind=bool, default=None,
+           help="JSON Lines records on stdout (default when stdout is not a terminal).",
+           doc="JSON Lines on stdout; the default when stdout is not a terminal"),
+    Option(name="config", flags=("--config",), kind=Path, default=None, metavar="FILE",
+           help="YAML run preset; command-line flags win.",
+           doc="a YAML run preset (see `configs/`); flags on the command line win"),
+    Option(name="quiet", flags=("--quiet", "-q"), kind=bool, default=False,
+           help="No progress or summary on stderr.", doc="no progress or summary on stderr"),
+)
+# fmt: on
+BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
+
+
+def preset_keys() -> dict[str, Option]:
+    """Preset key → its option: the option names, then the singular spellings (`layer`, `class`)."""
+    keys = {option.name: option for option in OPTIONS if option.preset}
+    keys.update({alias: option for option in OPTIONS if option.preset for alias in option.aliases})
+    return keys
+
+
+def named(option: Option) -> str:
+    """The mark of an option that may come from a flag or a preset: `--max-pixels (preset key max_pixels)` on the command line."""
+    return f"⟨{option.name}~⟩"
+
+
+def as_flag(name: str, rest: str | None) -> str:
+    """An option mark spelled as the command line's flag: ⟨pretrained=False⟩ → --no-pretrained, ⟨grid=HxW⟩ → --grid HxW.
+
+    A command's own option, outside the table (eval's ⟨boxes⟩, ⟨steps=0⟩), is its name as a flag: --boxes, --steps 0.
+    """
+    option = BY_NAME.get(name)
+    if option is None:
+        flag = "--" + name.replace("_", "-")
+        return f"{flag} {rest[1:]}" if rest and rest != "~" else flag
+    if rest == "~":
+        return f"{option.flag} (preset key {option.name})"
+    on, _, off = option.flags[0].partition("/")
+    if option.kind is bool and rest in ("=True", "=False"):
+        return on if rest == "=True" or not off else off
+    return f"{option.flag} {rest[1:]}" if rest else option.flag
+
+
+def in_flags(text: str) -> str:
+    """A message of the library, as the command line says it."""
+    return spelled(text, as_flag)
