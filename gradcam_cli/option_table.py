@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gradcam_cli.errors import spelled
-from gradcam_cli.values import parse_channels, parse_grid, parse_input_size, parse_kwarg
+from gradcam_cli.values import parse_channels, parse_grid, parse_input_size, parse_kwarg, parse_shard
 from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, values
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
@@ -190,7 +190,12 @@ OPTIONS: tuple[Option, ...] = (
            help="Images per forward pass.", doc="images per forward pass (default 8)"),
     Option(name="device", flags=("--device",), kind=str, default="auto", group="run", metavar="DEVICE",
            help="auto, cpu, cuda, cuda:N or mps.",
-           doc="`auto` (CUDA, then MPS, then CPU), `cpu`, `cuda`, `cuda:N`, `mps`"),
+           doc="`auto` (CUDA, then MPS, then CPU; under torchrun or SLURM `cuda:LOCAL_RANK`), `cpu`, `cuda`, `cuda:N`, `mps`"),
+    Option(name="shard", flags=("--shard",), kind=str, default=None, group="run", metavar="I/N", convert=parse_shard,
+           help="Explain only share I of N (0-based) of the inputs; default: from torchrun or SLURM.",
+           doc="explain only share I of N (0-based) of the inputs, the same share whatever order a folder lists in, so N "
+               "processes do every input once; under `torchrun` (`RANK`/`WORLD_SIZE`) or SLURM (`SLURM_PROCID`/"
+               "`SLURM_NTASKS`) it comes from the environment. Each share keeps its own `records.shard-I-of-N.jsonl`"),
     Option(name="precision", flags=("--precision",), kind=Precision, default=Precision.auto.value, group="run",
            help="auto (bf16 on CUDA, fp32 elsewhere), fp32, bf16 or fp16 for the model's passes; CAM maths stay fp32.",
            doc="`auto` (bf16 autocast on CUDA, fp32 elsewhere), `fp32`, `bf16`, `fp16`: the dtype of the model's passes; "

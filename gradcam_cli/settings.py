@@ -89,6 +89,9 @@ class RunSettings:
     device: str = "auto"
     precision: Precision = Precision.auto
     workers: int = 0  # decode/write threads; 0 = automatic
+    shard: tuple[int, int] | None = None  # (I, N): this process's share of the inputs
+    launcher: str | None = None  # torchrun or SLURM when the share came from their environment (inputs/shards.py)
+    local_rank: int | None = None  # the launcher's process index on this node: its GPU with device auto
 
 
 GROUPS: dict[str, type] = {

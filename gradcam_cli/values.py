@@ -28,6 +28,14 @@ def parse_grid(text: str) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """`0/4` → (0, 4): this process's share of the inputs, 0-based, out of N processes."""
+    index, slash, count = text.strip().partition("/")
+    if slash and index.isdigit() and count.isdigit() and 0 <= int(index) < int(count):
+        return int(index), int(count)
+    raise UsageError(f"⟨shard='{text}'⟩ is not I/N with 0 <= I < N (this process's share, 0-based: 0/4 ... 3/4)")
+
+
 def parse_kwarg(text: str) -> tuple[str, Any]:
     """`depth=18` → ('depth', 18): the value read as JSON (numbers, true, lists, "strings"), else kept as the text."""
     import json

@@ -32,7 +32,11 @@ def explain(ctx: typer.Context, **given: Any) -> int:
     values = _merge_preset(ctx, given, Path(config) if config else None)
     if not inputs:
         raise UsageError("no input given; name images, folders, globs or - for paths on stdin")
-    settings = build_settings(values)
+    import os
+
+    from gradcam_cli.inputs.shards import with_launcher
+
+    settings = with_launcher(build_settings(values), os.environ)  # torchrun's or SLURM's share and local rank
     return _run_explain(settings, inputs, command_streams(ctx), json_lines, quiet)
 
 
@@ -66,6 +70,8 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
     with StopRequests() as stops:  # the signal handling and the progress line cover the model's loading too
         scan = _scan_named(inputs, streams, settings) if "-" not in inputs else None
         if scan is not None and not scan.images:
+            if scan.elsewhere:
+                return _none_in_this_shard(settings, streams, quiet)
             return _nothing_to_explain(scan, Reporter(streams, as_json, None))
         reporter = Reporter(streams, as_json, progress_line(streams, quiet, scan.total if scan else None))
         try:
@@ -98,7 +104,10 @@ def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporte
 
     settings = explainer.settings
     ensure_writable(settings.outputs.output_dir)
-    files = RunFiles(settings.outputs.output_dir, _run_line(explainer, streams))
+    from gradcam_cli.inputs.shards import shard_of
+
+    shard = shard_of(settings)
+    files = RunFiles(settings.outputs.output_dir, _run_line(explainer, streams), shard.suffix if shard else None)
 
     def emit(record: Any) -> None:
         files.record(record)  # on disk before stdout, which may be gone (`| head`)
@@ -130,6 +139,7 @@ def _run_line(explainer: Any, streams: Streams) -> dict[str, Any]:
         "cwd": os.getcwd(),
         "output_dir": str(explainer.settings.outputs.output_dir),
         **{key: context[key] for key in ("model", "method", "layers", "device")},
+        "shard": "/".join(map(str, explainer.settings.run.shard)) if explainer.settings.run.shard else None,
         "weights": str(weights) if weights else None,
         "weights_sha256": file_sha256(weights) if weights else None,
         "pretrained": context["settings"]["pretrained"],
@@ -157,10 +167,14 @@ def _check_truth_file(settings: ExplainSettings) -> None:
         raise UsageError(f"⟨truth={truth}⟩: no such file; give a CSV file of `path,class` rows")
 
 
-def _sources(inputs: list[str], streams: Streams, settings: ExplainSettings, notice: Any) -> Iterator[Any]:
+def _sources(inputs: list[str], streams: Streams, settings: ExplainSettings, notice: Any, every: bool = False) -> Iterator[Any]:
+    """The inputs this process explains: all of them, or with a shard its share (`every`: all the same)."""
+    from gradcam_cli.inputs.shards import shard_of
     from gradcam_cli.inputs.sources import iter_sources
 
-    return iter_sources(inputs, streams.stdin, settings.inputs.recursive, skip=settings.outputs.output_dir, notice=notice)
+    sources = iter_sources(inputs, streams.stdin, settings.inputs.recursive, skip=settings.outputs.output_dir, notice=notice)
+    shard = None if every else shard_of(settings)
+    return sources if shard is None else (source for source in sources if shard.owns(source))
 
 
 @dataclass
@@ -169,6 +183,7 @@ class _Scan:
 
     total: int = 0  # sources, failed ones included: the records the run will give
     failed: int = 0
+    elsewhere: int = 0  # sources that are another shard's
     problems: list[Any] = field(default_factory=list)  # in input order: error sources, and lines about empty inputs
     notices: dict[str, None] = field(default_factory=dict)  # the scanner's remarks, each said once
 
@@ -193,19 +208,33 @@ class _Scan:
 
 def _scan_named(inputs: list[str], streams: Streams, settings: ExplainSettings) -> _Scan:
     """Count what the named files, folders and globs hold: the progress bar's total, and an early no (a folder scan is cheap)."""
-    scan = _Scan()
+    from gradcam_cli.inputs.shards import shard_of
+
+    scan, shard = _Scan(), shard_of(settings)
     for text in inputs:
         count = 0
-        for source in _sources([text], streams, settings, notice=scan.note):
+        for source in _sources([text], streams, settings, notice=scan.note, every=True):
             count += 1
+            if shard is not None and not shard.owns(source):
+                scan.elsewhere += 1
+                continue
+            scan.total += 1
             if source.error:
                 scan.failed += 1
                 scan.problems.append(source)
-        scan.total += count
         if not count:
             kind = "in this folder" if Path(text).is_dir() else "matches"
             scan.problems.append(f"{printable(text)}: no image file {kind}")
     return scan
+
+
+def _none_in_this_shard(settings: ExplainSettings, streams: Streams, quiet: bool) -> int:
+    """A shard that none of the inputs fell to has done its part: it says so, and succeeds."""
+    from gradcam_cli.inputs.shards import shard_of
+
+    if not quiet:
+        streams.warn(f"no input falls to {shard_of(settings).describe()}; the other shards explain them")  # type: ignore[union-attr]
+    return ExitCode.OK
 
 
 def _nothing_to_explain(scan: _Scan, reporter: Reporter) -> int:
@@ -228,8 +257,13 @@ def _finish(summary: Any, settings: ExplainSettings, streams: Streams, quiet: bo
         skipped = f", {summary.skipped} skipped (outputs exist)" if summary.skipped else ""
         judged = summary.correct + summary.wrong
         wrong = f", {summary.wrong} of {judged} with a known class wrong" if judged else ""
+        from gradcam_cli.inputs.shards import shard_of
+
+        shard = shard_of(settings)
+        part = f" in {shard.describe()}" if shard else ""
         streams.warn(
-            f"explained {summary.done} of {summary.total} images{skipped}{failed}{blank}{wrong}; overlays in {settings.outputs.output_dir}/"
+            f"explained {summary.done} of {summary.total} images{part}{skipped}{failed}{blank}{wrong}; "
+            f"overlays in {settings.outputs.output_dir}/"
         )
     return ExitCode.SOME_INPUTS_FAILED if summary.failed else ExitCode.OK
 

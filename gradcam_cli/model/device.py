@@ -13,12 +13,16 @@ import torch
 from torch import nn
 
 
-def resolve_device(text: str) -> torch.device:
-    """auto → CUDA, then Apple MPS, then CPU; an explicit choice must exist."""
+def resolve_device(text: str, local_rank: int | None = None) -> torch.device:
+    """auto → CUDA, then Apple MPS, then CPU; an explicit choice must exist.
+
+    Under a launcher (torchrun, SLURM) auto is the GPU of the process's rank on its node, `cuda:LOCAL_RANK`
+    (modulo the GPUs there, so eight processes on four GPUs pair up).
+    """
     text = (text or "auto").strip().lower()
     if text == "auto":
         if torch.cuda.is_available():
-            return torch.device("cuda")
+            return torch.device("cuda", local_rank % torch.cuda.device_count()) if local_rank is not None else torch.device("cuda")
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             return torch.device("mps")
         return torch.device("cpu")

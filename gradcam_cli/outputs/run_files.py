@@ -5,8 +5,8 @@ to redirect stdout to build a report later; `runs.jsonl` holds one line when
 a run starts (the command, the model, its weights and their SHA-256) and one
 when it ends (the counts, whether it was interrupted). Both are appended to,
 a line at a time, flushed as written: a run that is killed keeps every line it
-wrote, a resumed run adds its own, and the runs of several processes (shards)
-into one folder each add theirs. `gradcam report` merges them.
+wrote, a resumed run adds its own, and each process of a sharded job keeps
+files of its own (`records.shard-0-of-4.jsonl`). `gradcam report` merges them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import threading
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from gradcam_cli.outputs.records import ImageRecord
 
 RECORDS_FILE = "records.jsonl"
 RUNS_FILE = "runs.jsonl"
+RUNS_FILES = "runs*.jsonl"  # a shard's own is `runs.shard-0-of-4.jsonl`
 HASH_CHUNK = 1 << 20
 
 
@@ -73,10 +75,12 @@ class LineFile:
 class RunFiles:
     """One run's records file and its two lines in the runs file."""
 
-    def __init__(self, output_dir: Path, run: dict[str, Any]) -> None:
-        self.records = LineFile(output_dir / RECORDS_FILE)
-        self.runs = LineFile(output_dir / RUNS_FILE)
-        self.id = f"{now()}-{os.getpid()}"
+    def __init__(self, output_dir: Path, run: dict[str, Any], suffix: str | None = None) -> None:
+        """`suffix`: a shard's name, so that each process of a job appends to files of its own (`records.shard-0-of-4.jsonl`):
+        appends from several hosts into one file on network storage are not atomic."""
+        self.records = LineFile(output_dir / (RECORDS_FILE.replace(".jsonl", f".{suffix}.jsonl") if suffix else RECORDS_FILE))
+        self.runs = LineFile(output_dir / (RUNS_FILE.replace(".jsonl", f".{suffix}.jsonl") if suffix else RUNS_FILE))
+        self.id = f"{now()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"  # runs of one process in one second differ too
         self.runs.write(json.dumps({"id": self.id, "started": now(), **run}, ensure_ascii=False))
 
     def record(self, record: ImageRecord) -> None:

@@ -128,7 +128,7 @@ def header(cards: list[dict[str, Any]], runs: list[dict[str, Any]], generated: s
 
 def _run(run: dict[str, Any]) -> dict[str, Any]:
     keys = ("command", "started", "finished", "interrupted", "model", "weights", "weights_sha256", "pretrained", "method", "layers")
-    return {key: run.get(key) for key in (*keys, "version", "device", "counts")}
+    return {key: run.get(key) for key in (*keys, "version", "device", "shard", "counts")}
 
 
 def _distinct(values: Iterable[Any]) -> list[Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.inputs.sources import shown
-from gradcam_cli.outputs.run_files import RECORDS_FILE, RUNS_FILE
+from gradcam_cli.outputs.run_files import RECORDS_FILE, RUNS_FILES
 
 Warn = Callable[[str], None]
 
@@ -95,10 +95,8 @@ def read_runs(folders: Iterable[Path]) -> list[dict[str, Any]]:
     """The runs whose records these are, each its start line and end line joined, oldest first."""
     runs: dict[str, dict[str, Any]] = {}
     for folder in dict.fromkeys(folder.resolve() for folder in folders):  # the output folder is also a records file's folder
-        path = folder / RUNS_FILE
-        if not path.is_file():
-            continue
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        lines = [line for path in sorted(folder.glob(RUNS_FILES)) if path.is_file() for line in _lines(path)]
+        for line in lines:
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:
@@ -106,6 +104,13 @@ def read_runs(folders: Iterable[Path]) -> list[dict[str, Any]]:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str):
                 runs.setdefault(entry["id"], {}).update(entry)
     return sorted(runs.values(), key=lambda run: str(run.get("started", "")))
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def collect(output_dir: Path, given: Iterable[Path] = (), warn: Warn = lambda _m: None) -> Collected:

@@ -26,7 +26,7 @@ window.GRADCAM_REPORT = {
       command: "gradcam explain val -r ...",     // the command line, as typed (null when unknown)
       started: "ISO", finished: "ISO"|null, interrupted: bool,
       model: "resnet50", weights: "path"|null, weights_sha256: "hex"|null, pretrained: bool,
-      method: "gradcam", layers: ["layer4"], version: "0.x", device: "cpu",
+      method: "gradcam", layers: ["layer4"], version: "0.x", device: "cpu", shard: "0/4"|null,
     }],
     models: ["resnet50"], methods: ["gradcam"], layers: ["layer4"],   // distinct values over the cards
     counts: {images, cards, failed, blank, skipped, with_truth, correct, wrong},

@@ -134,7 +134,7 @@ def prepare_run(
     """
     method = get_method(settings.target.method)
     _check_method_options(settings, method, warn)
-    device = device or resolve_device(settings.run.device)
+    device = device or resolve_device(settings.run.device, settings.run.local_rank)
     maps = settings.maps
     options = CamOptions(
         relu=maps.relu,

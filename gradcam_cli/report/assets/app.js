@@ -245,6 +245,7 @@
       h += "<dt>method</dt><dd>" + esc(r.method) + "</dd>";
       h += "<dt>layers</dt><dd>" + esc((r.layers || []).join(", ")) + "</dd>";
       if (r.device) h += "<dt>device</dt><dd>" + esc(r.device) + "</dd>";
+      if (r.shard) h += "<dt>shard</dt><dd>" + esc(r.shard) + "</dd>";
       h += "<dt>dates</dt><dd>" + esc(when(r.started)) + " → " + esc(r.finished ? when(r.finished) : "not finished") + (r.interrupted && runs.length === 1 ? ' <span class="badge badge-warn">interrupted</span>' : "") + "</dd>";
       if (r.version) h += "<dt>gradcam</dt><dd>" + esc(r.version) + "</dd>";
       h += "<dt>command</dt><dd>" + (r.command ? '<code class="command">' + esc(r.command) + "</code>" : '<span class="muted">unknown</span>') + "</dd>";
