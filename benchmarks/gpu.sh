@@ -2,7 +2,8 @@
 # The speed benchmark on a CUDA machine: resnet50 and vit_base_patch16_224, batch sizes 32 to 128,
 # fp32 and bf16, against pytorch-grad-cam (one image at a time, as its README does) when it is
 # installed; then `gradcam eval`'s deletion and insertion against torchcam's when it is installed
-# (bf16 autocast, channels-last, chunks of 128); prints the tables. About 6 minutes on one H200;
+# (bf16 autocast, channels-last, chunks of 128), and two torchrun shards against one process
+# (benchmarks/scale.py); prints the tables. About 8 minutes on one H200;
 # never part of CI.
 #
 #   bash benchmarks/gpu.sh            # from the repository root
@@ -25,6 +26,9 @@ PY
 
 timeout 290 python benchmarks/speed.py --device cuda --models resnet50,vit_base_patch16_224 \
     --images 256 --rounds 1 --batch-sizes 32,128 --precisions fp32,bf16 "$@"
+
+# two shards on the one GPU (torchrun, cuda:LOCAL_RANK modulo the GPUs) against one process, same folder
+timeout 150 python benchmarks/scale.py --device cuda --model resnet50 --images 512 --processes 2 --no-ray
 
 if python -c "import torchcam" 2>/dev/null; then
     timeout 200 python benchmarks/eval.py --device cuda --images 64 --chunk 128 --rounds 2

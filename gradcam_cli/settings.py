@@ -92,6 +92,7 @@ class RunSettings:
     shard: tuple[int, int] | None = None  # (I, N): this process's share of the inputs
     launcher: str | None = None  # torchrun or SLURM when the share came from their environment (inputs/shards.py)
     local_rank: int | None = None  # the launcher's process index on this node: its GPU with device auto
+    ray: str | None = None  # a Ray cluster's address (local, auto, ray://...): the images run on Ray Data actors
 
 
 GROUPS: dict[str, type] = {

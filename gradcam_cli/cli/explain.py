@@ -75,13 +75,9 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
             return _nothing_to_explain(scan, Reporter(streams, as_json, None))
         reporter = Reporter(streams, as_json, progress_line(streams, quiet, scan.total if scan else None))
         try:
-            from gradcam_cli.run.pipeline import Explainer  # torch and the engine: only once there is an image to explain
-
             if scan is not None:
                 scan.tell(reporter.warn)
-            explainer = Explainer(
-                settings, warn=reporter.warn, checkpoint=stops.checkpoint, progress=reporter.progress.detail if reporter.progress else None
-            )
+            explainer = _explainer(settings, reporter, stops)
             if reporter.progress:
                 reporter.progress.loaded()
             for path in named_files(inputs, settings.outputs.output_dir):  # known before any output is written
@@ -91,6 +87,23 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
         finally:
             reporter.close()
     return _finish(summary, settings, streams, quiet)
+
+
+def _explainer(settings: ExplainSettings, reporter: Reporter, stops: StopRequests) -> Any:
+    """The run's engine: an Explainer in this process, or with ⟨ray⟩ one that checks the run here (the model on the
+    CPU) and hands the images to Ray Data actors."""
+    from dataclasses import replace
+
+    from gradcam_cli.run.pipeline import Explainer  # torch and the engine: only once there is an image to explain
+
+    progress = reporter.progress.detail if reporter.progress else None
+    if settings.run.ray is None:
+        return Explainer(settings, warn=reporter.warn, checkpoint=stops.checkpoint, progress=progress)
+    from gradcam_cli.run.ray_data import RayRunner, import_ray
+
+    import_ray()  # before the model loads: a missing extra is one line at once
+    here = replace(settings, run=replace(settings.run, device="cpu"))
+    return RayRunner(Explainer(here, warn=lambda _m: None, checkpoint=stops.checkpoint), settings, reporter.warn)
 
 
 def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporter: Reporter, streams: Streams, quiet: bool) -> Any:

@@ -90,6 +90,12 @@ class ImageRecord:
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, allow_nan=False)
 
+    @classmethod
+    def from_json(cls, text: str) -> ImageRecord:
+        """A record as to_json() wrote it (a Ray actor's, read back by the driver)."""
+        data = json.loads(text)
+        return cls(**{**data, "targets": [TargetRecord(**target) for target in data.get("targets", [])]})
+
     def blank_targets(self) -> list[TargetRecord]:
         return [target for target in self.targets if target.blank]
 
