@@ -184,28 +184,15 @@ class _Evaluation:
 
 
 def _run_line(evaluator: Any, streams: Streams) -> dict[str, Any]:
-    """What the runs file says of this evaluation: the command, where, what measured what."""
-    import os
-    import shlex
-
+    """What the runs file says of this evaluation: every method measured, every layer any of them used."""
     from gradcam_cli import __version__
-    from gradcam_cli.outputs.run_files import file_sha256
+    from gradcam_cli.outputs.run_files import run_line
 
-    weights = evaluator.settings.model.weights
     context = evaluator.context()
-    return {
-        "command": shlex.join(streams.command) if streams.command else None,
-        "cwd": os.getcwd(),
-        "output_dir": str(evaluator.settings.outputs.output_dir),
-        "model": context["model"],
-        "method": ",".join(context["methods"]),
-        "layers": sorted({layer for layers in context["layers"].values() for layer in layers}),
-        "device": context["device"],
-        "weights": str(weights) if weights else None,
-        "weights_sha256": file_sha256(weights) if weights else None,
-        "pretrained": evaluator.settings.model.pretrained and weights is None,
-        "version": __version__,
-    }
+    layers = sorted({layer for layers in context["layers"].values() for layer in layers})
+    method = ",".join(context["methods"])
+    return run_line(evaluator.settings, streams.command, version=__version__, model=context["model"], method=method, layers=layers,
+                    device=context["device"])  # fmt: skip
 
 
 def _table_parameter(name: str) -> inspect.Parameter:

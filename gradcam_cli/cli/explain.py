@@ -139,25 +139,12 @@ def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporte
 
 
 def _run_line(explainer: Any, streams: Streams) -> dict[str, Any]:
-    """What the runs file says of this run: the command as typed, where, and what explained the images."""
-    import os
-    import shlex
+    """What the runs file says of this run, from what every record repeats (computed once for the run)."""
+    from gradcam_cli.outputs.run_files import run_line
 
-    from gradcam_cli.outputs.run_files import file_sha256
-
-    weights = explainer.settings.model.weights
-    context = explainer.writer.context  # what every record repeats, computed once for the run
-    return {
-        "command": shlex.join(streams.command) if streams.command else None,
-        "cwd": os.getcwd(),
-        "output_dir": str(explainer.settings.outputs.output_dir),
-        **{key: context[key] for key in ("model", "method", "layers", "device")},
-        "shard": "/".join(map(str, explainer.settings.run.shard)) if explainer.settings.run.shard else None,
-        "weights": str(weights) if weights else None,
-        "weights_sha256": file_sha256(weights) if weights else None,
-        "pretrained": context["settings"]["pretrained"],
-        "version": context["settings"]["version"],
-    }
+    context = explainer.writer.context
+    what = {key: context[key] for key in ("model", "method", "layers", "device")}
+    return run_line(explainer.settings, streams.command, version=context["settings"]["version"], **what)
 
 
 def build_report_for(output_dir: Path, reporter: Reporter | Streams, quiet: bool) -> None:

@@ -18,9 +18,12 @@ import threading
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gradcam_cli.outputs.records import ImageRecord
+
+if TYPE_CHECKING:
+    from gradcam_cli.settings import ExplainSettings
 
 RECORDS_FILE = "records.jsonl"
 RUNS_FILE = "runs.jsonl"
@@ -43,6 +46,25 @@ def file_sha256(path: Path) -> str | None:
     except OSError:
         return None
     return digest.hexdigest()
+
+
+def run_line(settings: ExplainSettings, command: tuple[str, ...], *, version: str, **what: Any) -> dict[str, Any]:
+    """A run's first line in the runs file (explain's and eval's): the command as typed, where, `what` explained
+    the images (model, method, layers, device), with which weights, and the shard when it is one."""
+    import shlex
+
+    weights, shard = settings.model.weights, settings.run.shard
+    return {
+        "command": shlex.join(command) if command else None,
+        "cwd": os.getcwd(),
+        "output_dir": str(settings.outputs.output_dir),
+        **what,
+        "shard": f"{shard[0]}/{shard[1]}" if shard else None,
+        "weights": str(weights) if weights else None,
+        "weights_sha256": file_sha256(weights) if weights else None,
+        "pretrained": settings.model.pretrained and weights is None,
+        "version": version,
+    }
 
 
 class LineFile:
