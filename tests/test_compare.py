@@ -10,7 +10,8 @@ import pytest
 from PIL import Image
 
 from conftest import EXAMPLES, CliResult, SmallCnn, shared_timm_model, tv_resnet18
-from gradcam_cli.outputs.grid import CELL, BACKGROUND, cell_size, draw_grid, fit_cell, fitted, wrapped
+from gradcam_cli.outputs.grid import CELL, BACKGROUND, cell_size, draw_grid, fit_cell, wrapped
+from gradcam_cli.outputs.text import fitted, font
 
 SHAPES = EXAMPLES / "shapes_images"
 STAR = SHAPES / "star_1.jpg"  # 400 x 260: shipped with the repo, and the example model knows it (class "star")
@@ -106,9 +107,9 @@ def test_the_text_is_sized_from_the_cell_so_small_and_large_grids_read_alike() -
 
 def test_long_labels_are_cut_with_an_ellipsis_or_wrapped_never_past_their_place() -> None:
     long = "a very long class name, with synonyms, and more synonyms, and still more of them  p=0.99  ·  resnet50"
-    short = fitted(long, 18, 200)
+    short = fitted(long, font(18), 200)
     assert short.endswith("…") and long.startswith(short[:-1])
-    assert fitted("cat", 18, 200) == "cat"
+    assert fitted("cat", font(18), 200) == "cat"
     lines = wrapped("encoder.layers.encoder_layer_11.ln_1", 18, 150, most=3)
     assert "".join(lines) == "encoder.layers.encoder_layer_11.ln_1" and 1 < len(lines) <= 3
     cut = wrapped("encoder.layers.encoder_layer_11.ln_1", 18, 150, most=1)

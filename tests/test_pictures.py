@@ -7,7 +7,8 @@ import pytest
 from PIL import Image
 
 from conftest import write_image
-from gradcam_cli.outputs.picture import CONTOUR_LEVELS, _fitted, captioned, contour, draw, picture
+from gradcam_cli.outputs.picture import CONTOUR_LEVELS, captioned, contour, draw, picture
+from gradcam_cli.outputs.text import fitted, font
 from gradcam_cli.outputs.render import colorize, overlay
 from gradcam_cli.vocab import Colormap, Style
 
@@ -82,14 +83,15 @@ def test_a_caption_is_a_band_under_the_picture_sized_from_it(height: int, width:
 
 
 def test_a_caption_too_long_for_the_picture_is_cut_with_an_ellipsis() -> None:
-    from PIL import ImageDraw, ImageFont
+    from PIL import ImageDraw
 
     canvas = ImageDraw.Draw(Image.new("RGB", (10, 10)))
-    font = ImageFont.load_default(size=12)
+    face = font(12)
     text = "a very long class name, with synonyms, and more synonyms  p=0.99  layercam @ stages.3.blocks.2"
-    short = _fitted(canvas, font, text, 120)
-    assert short.endswith("…") and text.startswith(short[:-1]) and canvas.textlength(short, font=font) <= 120
-    assert _fitted(canvas, font, "cat", 120) == "cat"
+    short = fitted(text, face, 120)
+    assert short.endswith("…") and text.startswith(short[:-1]) and canvas.textlength(short, font=face) <= 120
+    assert fitted("cat", face, 120) == "cat"
+    assert fitted(text, face, 2) == "" and fitted(text, face, 2, nothing="…") == "…", "too narrow for one character"
 
 
 def test_the_cli_writes_the_style_and_the_caption(run_cli, tmp_path) -> None:

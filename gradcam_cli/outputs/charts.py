@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from gradcam_cli.outputs.grid import _font, _one_line, fitted
+from gradcam_cli.outputs.text import fitted, font, one_line
 
 SCALE = 3  # shapes are drawn this many times larger, then shrunk: anti-aliasing without a plotting library
 BACKGROUND, INK, MUTED = (255, 255, 255), (33, 33, 33), (96, 96, 96)  # muted: ticks, notes, baselines' names
@@ -129,7 +129,7 @@ def _numbers(values: Sequence[Any], owner: str, what: str) -> list[float]:
 
 def _length(text: str, size: int) -> float:
     """A line's width in output pixels as drawn: measured at SCALE times the size, where the glyphs are drawn."""
-    return float(_font(size * SCALE).getlength(_one_line(text))) / SCALE
+    return float(font(size * SCALE).getlength(one_line(text))) / SCALE
 
 
 def _prepare(series: Sequence[Series], categories: Sequence[str] | None) -> list[Data]:
@@ -197,8 +197,8 @@ class _Pen:
 
     def text(self, xy: tuple[float, float], text: str, size: int, fill: RGB = INK, anchor: str = "la", width: float | None = None) -> None:
         """One line of text, cut with '…' to the width when one is given."""
-        shown = _one_line(text) if width is None else fitted(_one_line(text), size * SCALE, max(0, round(width * SCALE)))
-        self.draw.text((xy[0] * SCALE, xy[1] * SCALE), shown, font=_font(size * SCALE), fill=fill, anchor=anchor)
+        shown = one_line(text) if width is None else fitted(one_line(text), font(size * SCALE), max(0, round(width * SCALE)))
+        self.draw.text((xy[0] * SCALE, xy[1] * SCALE), shown, font=font(size * SCALE), fill=fill, anchor=anchor)
 
     def dashed(self, points: Sequence[tuple[float, float]], pattern: tuple[float, ...], fill: RGB, width: float) -> None:
         """A polyline cut into dashes (pattern in line widths) whose rhythm runs on across corners, as a plotting library's does."""
@@ -319,10 +319,10 @@ def _legend(pen: _Pen, area: PlotArea, series: Sequence[Series], prepared: list[
 
 def _upright(pen: _Pen, text: str, size: int, centre: tuple[float, float], width: float) -> None:
     """Text turned a quarter left, reading upwards (the y axis' label): drawn on its own mask, rotated, stamped in ink."""
-    font = _font(size * SCALE)
-    shown = fitted(_one_line(text), size * SCALE, round(width * SCALE))
-    mask = Image.new("L", (math.ceil(font.getlength(shown)) + 2, sum(font.getmetrics()) + 2), 0)
-    ImageDraw.Draw(mask).text((1, 1), shown, font=font, fill=255)
+    face = font(size * SCALE)
+    shown = fitted(one_line(text), face, round(width * SCALE))
+    mask = Image.new("L", (math.ceil(face.getlength(shown)) + 2, sum(face.getmetrics()) + 2), 0)
+    ImageDraw.Draw(mask).text((1, 1), shown, font=face, fill=255)
     mask = mask.rotate(90, expand=True)
     x, y = round(centre[0] * SCALE - mask.width / 2), round(centre[1] * SCALE - mask.height / 2)
     pen.canvas.paste(INK, (x, y, x + mask.width, y + mask.height), mask)

@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
+
+from gradcam_cli.outputs.text import fitted, font, one_line
 
 import numpy as np
 
@@ -91,12 +92,12 @@ class _Layout:
         least = round(cell * MIN_SLOT)
         text = max(MIN_TEXT_PX, round(cell * TEXT))
         gap = max(2, cell // 64)
-        gutter = min(round(cell * GUTTER), math.ceil(max(_font(text).getlength(_one_line(label)) for label in rows)) + 2 * INSET + gap)
+        gutter = min(round(cell * GUTTER), math.ceil(max(font(text).getlength(one_line(label)) for label in rows)) + 2 * INSET + gap)
         return _Layout(cell_w, cell_h, max(cell_w, least), max(cell_h, least), gap, 2 * gap, gutter, text, round(text * HEADER))
 
     def band(self, size: int) -> int:
         """The height of a band holding one line of text of this size."""
-        ascent, descent = _font(size).getmetrics()
+        ascent, descent = font(size).getmetrics()
         return ascent + descent + size // 2
 
 
@@ -161,69 +162,45 @@ def _check(photo: np.ndarray, cells: Sequence[Sequence[np.ndarray]], rows: Seque
                 raise ValueError(f"every cell must have the photo's shape {photo.shape}, not {rgb.shape}")
 
 
-@lru_cache(maxsize=8)
-def _font(size: int) -> Any:
-    from PIL import ImageFont
-
-    return ImageFont.load_default(size=size)
-
-
-def _one_line(text: str) -> str:
-    """A label as one line: control characters (a newline in a class name) become spaces."""
-    return "".join(c if c.isprintable() else " " for c in text)
-
-
-def fitted(text: str, size: int, width: int) -> str:
-    """The longest head of `text` (with '…') that fits in `width` pixels at this text size."""
-    font = _font(size)
-    if font.getlength(text) <= width:
-        return text
-    low, high = 0, len(text)
-    while low < high:  # binary search on the number of characters kept
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if font.getlength(text[:middle] + "…") <= width else (low, middle - 1)
-    return text[:low].rstrip() + "…" if low else ""
-
-
 def _write(ink: Any, text: str, box: Box, size: int, centred: bool = False) -> None:
     """One line in the box, vertically centred, cut to its width."""
-    font = _font(size)
-    shown = fitted(_one_line(text), size, box[2] - 2 * INSET)
-    ascent, descent = font.getmetrics()
-    x = box[0] + (box[2] - font.getlength(shown)) / 2 if centred else box[0] + INSET
-    ink.text((x, box[1] + (box[3] - ascent - descent) / 2), shown, fill=INK, font=font)
+    face = font(size)
+    shown = fitted(one_line(text), face, box[2] - 2 * INSET)
+    ascent, descent = face.getmetrics()
+    x = box[0] + (box[2] - face.getlength(shown)) / 2 if centred else box[0] + INSET
+    ink.text((x, box[1] + (box[3] - ascent - descent) / 2), shown, fill=INK, font=face)
 
 
 def wrapped(text: str, size: int, width: int, most: int) -> list[str]:
     """A dotted name over at most `most` lines of `width` pixels: broken after its dots, a part too long for a line
     broken anywhere, and the last line cut with '…' when the rest does not fit on it."""
-    font = _font(size)
-    if most < 1 or not text or font.getlength(text[0]) > width:
+    face = font(size)
+    if most < 1 or not text or face.getlength(text[0]) > width:
         return []
     lines: list[str] = []
     for part in (piece + "." for piece in text.split(".")):
         while part:
-            if lines and font.getlength(lines[-1] + part) <= width:
+            if lines and face.getlength(lines[-1] + part) <= width:
                 lines[-1] += part
                 break
             head = part
-            while len(head) > 1 and font.getlength(head) > width:
+            while len(head) > 1 and face.getlength(head) > width:
                 head = head[:-1]
             lines.append(head)
             part = part[len(head) :]
     lines[-1] = lines[-1][:-1]  # the dot added after the last part
     if len(lines) > most:  # the rest did not fit on one line, or it would be there: cut it
-        lines = lines[: most - 1] + [fitted("".join(lines[most - 1 :]), size, width)]
+        lines = lines[: most - 1] + [fitted("".join(lines[most - 1 :]), face, width)]
     return [line for line in lines if line]
 
 
 def _write_lines(ink: Any, text: str, box: Box, size: int) -> None:
     """A row label in the gutter: as many lines as the row's height holds, the block centred on the row."""
-    font = _font(size)
-    ascent, descent = font.getmetrics()
+    face = font(size)
+    ascent, descent = face.getmetrics()
     step = ascent + descent
-    lines = wrapped(_one_line(text), size, box[2] - 2 * INSET, box[3] // step)
+    lines = wrapped(one_line(text), size, box[2] - 2 * INSET, box[3] // step)
     y = box[1] + (box[3] - step * len(lines)) / 2
     for line in lines:
-        ink.text((box[0] + INSET, y), line, fill=INK, font=font)
+        ink.text((box[0] + INSET, y), line, fill=INK, font=face)
         y += step

@@ -75,28 +75,18 @@ def _off_the_edge(points: np.ndarray, size: tuple[int, ...]) -> list[np.ndarray]
 
 def captioned(rgb: np.ndarray, text: str) -> np.ndarray:
     """The picture with a dark band under it holding `text` in white, cut with '…' when it would not fit."""
-    from PIL import Image, ImageDraw, ImageFont
+    from PIL import Image, ImageDraw
+
+    from gradcam_cli.outputs.text import fitted, font
 
     height, width = rgb.shape[:2]
     size = max(MIN_TEXT_PX, round(min(height, width) * TEXT_FRACTION))
-    font = ImageFont.load_default(size=size)
+    face = font(size)
     margin = max(2, size // 3)
     band = Image.new("RGB", (width, size + 2 * margin), (24, 24, 24))
     draw = ImageDraw.Draw(band)
-    draw.text((margin, margin), _fitted(draw, font, text, width - 2 * margin), fill=(255, 255, 255), font=font)
+    draw.text((margin, margin), fitted(text, face, width - 2 * margin, nothing="…"), fill=(255, 255, 255), font=face)
     return np.concatenate([np.ascontiguousarray(rgb, dtype=np.uint8), np.asarray(band)], axis=0)
-
-
-def _fitted(draw: object, font: object, text: str, width: int) -> str:
-    """The longest head of `text` (with '…') that fits in `width` pixels."""
-    measure = draw.textlength  # type: ignore[attr-defined]
-    if measure(text, font=font) <= width:
-        return text
-    low, high = 0, len(text)
-    while low < high:  # binary search on the number of characters kept
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if measure(text[:middle] + "…", font=font) <= width else (low, middle - 1)
-    return text[:low].rstrip() + "…" if low else "…"
 
 
 def caption_text(

@@ -1,0 +1,36 @@
+"""Text on pictures: Pillow's scalable default font, labels as one line, and cutting a line to a width.
+
+Shared by the captions under an overlay (picture.py), the comparison grid
+(grid.py) and the evaluation charts (charts.py), so a long class name is cut
+the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+
+@lru_cache(maxsize=8)
+def font(size: int) -> Any:
+    """Pillow's own scalable font at `size` pixels: no font file to find on the machine."""
+    from PIL import ImageFont
+
+    return ImageFont.load_default(size=size)
+
+
+def one_line(text: str) -> str:
+    """A label as one line: control characters (a newline in a class name) become spaces."""
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+def fitted(text: str, face: Any, width: float, nothing: str = "") -> str:
+    """The longest head of `text` (with '…') that fits in `width` pixels in this font; `nothing` when not even one
+    character does (a grid's cell leaves it empty, a caption shows '…')."""
+    if face.getlength(text) <= width:
+        return text
+    low, high = 0, len(text)
+    while low < high:  # binary search on the number of characters kept
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if face.getlength(text[:middle] + "…") <= width else (low, middle - 1)
+    return text[:low].rstrip() + "…" if low else nothing
