@@ -20,10 +20,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from gradcam_cli.model.data_config import PIL_RESAMPLE
+
 if TYPE_CHECKING:
     from gradcam_cli.model.data_config import DataConfig
-
-RESAMPLE = {"bilinear": 2, "bicubic": 3, "nearest": 0, "lanczos": 1, "box": 4, "hamming": 5}
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def to_input_array(image: np.ndarray, geometry: Geometry, config: DataConfig) ->
     """RGB uint8 H×W×3 → float32 3×h×w, normalised with the model's mean and std."""
     from PIL import Image
 
-    resample = RESAMPLE.get(config.interpolation, RESAMPLE["bilinear"])
+    resample = PIL_RESAMPLE.get(config.interpolation, PIL_RESAMPLE["bilinear"])
     resized_h, resized_w = geometry.resized_hw
     pil = Image.fromarray(image)
     if pil.size != (resized_w, resized_h):

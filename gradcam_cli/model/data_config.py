@@ -12,6 +12,8 @@ from torch import nn
 
 DEFAULT_INPUT_HW = (224, 224)
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # what a model without a data config is given
+# each interpolation's Pillow filter number (Image.Resampling), as timm names them and transformers' processors number them
+PIL_RESAMPLE = {"bilinear": 2, "bicubic": 3, "nearest": 0, "lanczos": 1, "box": 4, "hamming": 5}
 
 
 @dataclass(frozen=True)

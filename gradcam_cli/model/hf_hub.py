@@ -20,12 +20,12 @@ from typing import Any
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.model.blocks import every_kth
-from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, DataConfig
+from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, PIL_RESAMPLE, DataConfig
 
 from torch import nn
 
 PREFIX = "hf:"
-PIL_FILTERS = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
+PIL_FILTERS = {number: name for name, number in PIL_RESAMPLE.items()}  # a processor's `resample` → its interpolation's name
 PREFIX_TOKENS = {"vit": 1, "beit": 1, "data2vec-vision": 1, "dinov2": 1, "deit": 2}  # class (and DeiT's distillation) tokens
 
 
