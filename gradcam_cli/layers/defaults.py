@@ -1,7 +1,10 @@
 """The default target layer: the one a careful user would pick for the model's family.
 
 Each hub knows the look of its own models (model/hub.py: ModelSource.default_layer);
-a model no hub has a rule for gets the last module that outputs a spatial map.
+a model no hub has a rule for gets the last module that outputs a spatial map
+or a token grid. The choice is then checked where the hubs' metadata can be
+wrong: a name that is no module, a list the forward never calls, and a head
+that reads a class token (layers/reach.py).
 """
 
 from __future__ import annotations
@@ -9,7 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gradcam_cli.errors import LayerError
-from gradcam_cli.layers.tree import is_spatial, probe_shapes
+from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer, run_by
+from gradcam_cli.layers.reach import is_norm, pools_a_class_token, reaching_layer
+from gradcam_cli.layers.tree import spatial_sizes
 from gradcam_cli.model.data_config import default_input_hw
 from gradcam_cli.model.hub import SOURCES
 
@@ -24,20 +29,32 @@ def default_layer_paths(model: nn.Module, arch: str = "", source: ModelSource | 
 
     The model's own hub is asked first, then every hub in registry order (a
     model built elsewhere may still have a known look); source None, for a
-    bare module as the Python API gets, asks the registry only.
+    bare module as the Python API gets, asks the registry only. A hub's name
+    that is no module of the model counts as no answer; a ModuleList stands
+    for its last child, the one the forward calls.
     """
     hubs = SOURCES if source is None else (source, *SOURCES)
     path = next((found for hub in hubs if (found := hub.default_layer(model, arch)) is not None), None)
-    if path is None:
-        path = _last_spatial_module(model)
-    return [path]
+    layer = _module_at(model, path) if path is not None else None
+    if layer is not None and is_norm(layer.module):
+        return [layer.path]  # a hub that names a norm has applied the class-token rule itself (ViT's `norm1`)
+    layer = run_by(layer or resolve_layer(model, _last_spatial_module(model)))
+    if not pools_a_class_token(model):
+        return [layer.path]
+    return [reaching_layer(model, layer, default_input_hw(model), arch or type(model).__name__)]
+
+
+def _module_at(model: nn.Module, path: str) -> ResolvedLayer | None:
+    try:
+        return resolve_layer(model, path)
+    except LayerError:
+        return None  # timm's feature_info names `block.3` in MViTv2 and Twins, which have none
 
 
 def _last_spatial_module(model: nn.Module) -> str:
-    """Fallback: the outermost module that last produced a 4-D map in a probe forward."""
-    shapes = probe_shapes(model, default_input_hw(model))
+    """Fallback: the outermost module that last produced a map or a token grid in a probe forward."""
     # forward hooks fire when a module ends, so a stage comes after its last conv
-    spatial = [name for name, shape in shapes.items() if name and is_spatial(shape)]
+    spatial = list(spatial_sizes(model, default_input_hw(model)))
     if not spatial:
         raise LayerError("no layer of this model outputs a spatial map; name one with ⟨layers⟩")
     return spatial[-1]

@@ -91,3 +91,20 @@ def resolve_layers(model: nn.Module, paths: list[str], model_name: str = "the mo
             seen.add(layer.name)
             unique.append(layer)
     return unique
+
+
+def never_runs(module: nn.Module) -> bool:
+    """A container with no forward of its own (ModuleList, ModuleDict): the model calls its children, never it."""
+    return isinstance(module, (nn.ModuleList, nn.ModuleDict))
+
+
+def run_by(layer: ResolvedLayer) -> ResolvedLayer:
+    """The module that runs for a layer: a ModuleList's last child (and so on down), since the list is never called.
+
+    timm's feature_info names such lists (CoaT's `parallel_blocks` and
+    `serial_blocks4`); a hook on one never fires.
+    """
+    while isinstance(layer.module, nn.ModuleList) and len(layer.module):
+        name, module = list(layer.module.named_children())[-1]
+        layer = ResolvedLayer(path=f"{layer.path}.-1", name=f"{layer.name}.{name}".lstrip("."), module=module)
+    return layer

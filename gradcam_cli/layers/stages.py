@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gradcam_cli.errors import LayerError
-from gradcam_cli.layers.paths import resolve_layer
-from gradcam_cli.layers.tree import is_spatial, probe_shapes
+from gradcam_cli.layers.paths import never_runs, resolve_layer, run_by
+from gradcam_cli.layers.tree import spatial_sizes
 from gradcam_cli.model.data_config import default_input_hw
 from gradcam_cli.model.hub import SOURCES
 
@@ -49,12 +49,13 @@ def stage_paths(
 
 
 def _modules_of(model: nn.Module, named: list[str], hub: str, notice: Callable[[str], None]) -> list[str]:
-    """The names that are modules of the model, canonical and once each; the others said once and left out."""
+    """The names that are modules of the model, canonical and once each (a ModuleList: its last child, which runs);
+    the others said once and left out."""
     found: list[str] = []
     missing: list[str] = []
     for name in named:
         try:
-            path = resolve_layer(model, name, type(model).__name__).name
+            path = run_by(resolve_layer(model, name, type(model).__name__)).name
         except LayerError:
             missing.append(name)
             continue
@@ -71,10 +72,11 @@ def probed_stages(model: nn.Module) -> list[str]:
 
     The root's children are taken in the order they finished, and a child
     whose own children work at several resolutions (a `features` Sequential)
-    is opened into them; of each run of these at one spatial size, the last
-    is the stage (a container finishes after its children).
+    or that never ran itself (a ModuleList the forward loops over) is opened
+    into them; of each run of these at one size, the last is the stage (a
+    container finishes after its children). Token grids count as maps.
     """
-    sizes = {name: shape[-2:] for name, shape in probe_shapes(model, default_input_hw(model)).items() if is_spatial(shape)}
+    sizes = spatial_sizes(model, default_input_hw(model))
     order = {name: index for index, name in enumerate(sizes)}
     stages: list[str] = []
     size = None
@@ -89,12 +91,12 @@ def probed_stages(model: nn.Module) -> list[str]:
 
 def _opened(module: nn.Module, prefix: str, sizes: dict, order: dict[str, int]) -> list[str]:
     """The module's children with a spatial output, in finishing order; a child whose own children span several
-    resolutions is replaced by them (and so on down)."""
+    resolutions, or that never ran while they did, is replaced by them (and so on down)."""
     names = []
     for child_name, child in module.named_children():
         name = f"{prefix}{child_name}"
         inner = {sizes[f"{name}.{n}"] for n, _ in child.named_children() if f"{name}.{n}" in sizes}
-        if len(inner) >= OPEN_AT_SIZES:
+        if len(inner) >= OPEN_AT_SIZES or (name not in sizes and never_runs(child)):
             names += _opened(child, f"{name}.", sizes, order)
         elif name in sizes:
             names.append(name)

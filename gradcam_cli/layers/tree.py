@@ -25,9 +25,11 @@ def probe_shapes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple
         return hook
 
     handles = [module.register_forward_hook(hook_for(name)) for name, module in model.named_modules()]
+    parameter = next(iter(model.parameters()), None)
+    device = parameter.device if parameter is not None else None  # the API's model may sit on a GPU already
     try:
         with eval_mode(model), torch.no_grad():
-            model(torch.zeros(1, 3, *input_hw))
+            model(torch.zeros(1, 3, *input_hw, device=device))
     finally:
         for handle in handles:
             handle.remove()
@@ -37,6 +39,33 @@ def probe_shapes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple
 def is_spatial(shape: tuple[int, ...]) -> bool:
     """A map a CAM can show: N×C×H×W with more than one position each way."""
     return len(shape) == 4 and min(shape[-2:]) > 1
+
+
+def spatial_sizes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple[int, int]]:
+    """Each module whose probe output is a map or a token grid (a ViT's, MViT's, Twins'), its grid; in finishing order.
+
+    Token sequences count as a run reads them (layout.py), so a transformer's
+    stages are found like a CNN's; outputs of more than the probe's one image
+    (windows, inner pixel tokens) are no map of the image.
+    """
+    from gradcam_cli.errors import LayoutError
+    from gradcam_cli.layout import LayoutHints, detect_layout, patch_grid
+
+    hints = LayoutHints(getattr(model, "num_prefix_tokens", None), patch_grid=patch_grid(model, input_hw))
+    sizes: dict[str, tuple[int, int]] = {}
+    for name, shape in probe_shapes(model, input_hw).items():
+        if not name or shape[0] != 1:
+            continue
+        if is_spatial(shape):
+            sizes[name] = (shape[-2], shape[-1])
+        elif len(shape) == 3:
+            try:
+                grid = detect_layout(shape, input_hw, hints).grid
+            except LayoutError:
+                continue
+            if min(grid) > 1:
+                sizes[name] = grid
+    return sizes
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ class TimmHub:
         given: dict[str, Any] = dict(kwargs or {})
         if num_classes is not None:
             given["num_classes"] = num_classes
-        return timm.create_model(arch, pretrained=pretrained, **given)
+        return _sized(timm.create_model(arch, pretrained=pretrained, **given), given.get("img_size"))
 
     def data_config_notice(self, arch: str) -> str | None:
         return None  # timm's models carry their data config
@@ -97,28 +97,23 @@ class TimmHub:
         return [info.index_to_description(i) for i in range(num_classes)]
 
     def default_layer(self, model: nn.Module, arch: str) -> str | None:
-        """timm models describe themselves: ViT-like blocks, else the last feature_info stage."""
+        """timm models describe themselves: ViT-like blocks, else the last feature_info stage (None: it names no module)."""
         if _is_vit_like(model):
             # With a class token the last block's patch tokens get no gradient:
             # the input of the last block's attention still carries them.
             return "blocks.-1.norm1"
-        info = getattr(model, "feature_info", None)
-        if info:
-            last = info[-1] if isinstance(info, list) else None
-            if last is None and hasattr(info, "get_dicts"):
-                last = info.get_dicts()[-1]
-            if isinstance(last, dict) and last.get("module"):
-                return str(last["module"])
-        return None
+        names = _feature_modules(model)
+        return names[-1] if names else None  # a last stage that names no module: the probe-forward rule's
 
     def stage_layers(self, model: nn.Module, arch: str) -> list[str] | None:
         """feature_info's modules; where every entry has one resolution (a ViT's blocks), every k-th, ending at the default."""
         if _is_vit_like(model):
             blocks: Any = model.blocks
             return [f"blocks.{i}.norm1" for i in every_kth(len(blocks))]
-        info: Any = getattr(model, "feature_info", None)
-        entries = [d for d in (info.get_dicts() if hasattr(info, "get_dicts") else info or []) if isinstance(d, dict)]
-        names = list(dict.fromkeys(str(d["module"]) for d in entries if d.get("module")))
+        entries = _feature_entries(model)
+        # a name that is no module stays as timm gives it: layers/stages.py says so and finds the stages itself
+        found = [path or str(d.get("module") or "") for path, d in zip(_feature_modules(model), entries)]
+        names = list(dict.fromkeys(name for name in found if name))
         if len({d.get("reduction") for d in entries}) == 1:
             return [names[i] for i in every_kth(len(names))]
         return names or None
@@ -126,6 +121,39 @@ class TimmHub:
     def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
         """timm models carry num_prefix_tokens themselves; nothing to add when one does not."""
         return None
+
+
+def _sized(model: nn.Module, img_size: Any) -> nn.Module:
+    """A model built for ⟨model_kwargs⟩ img_size says so in its pretrained_cfg, which its data config and the layer
+    probes read; timm keeps the weights' size there, and a fixed-size model then fails at the first forward."""
+    size = (img_size, img_size) if isinstance(img_size, int) else tuple(img_size) if isinstance(img_size, (tuple, list)) else ()
+    cfg = getattr(model, "pretrained_cfg", None)
+    if len(size) == 2 and all(isinstance(v, int) and v > 0 for v in size) and isinstance(cfg, dict):
+        channels = (cfg.get("input_size") or (3,))[0]
+        model.pretrained_cfg = {**cfg, "input_size": (channels, *size)}  # type: ignore[assignment]
+    return model
+
+
+def _feature_entries(model: nn.Module) -> list[dict[str, Any]]:
+    """feature_info's entries (a list, or timm's FeatureInfo), one dict per stage."""
+    info: Any = getattr(model, "feature_info", None)
+    return [d for d in (info.get_dicts() if hasattr(info, "get_dicts") else info or []) if isinstance(d, dict)]
+
+
+def _feature_modules(model: nn.Module) -> list[str | None]:
+    """feature_info's module names as paths of this model, in order; None for one that names no module.
+
+    A name is taken as given, else as the one module whose path ends with it
+    (Gemma4's `blocks.15` is `encoder.blocks.15`); MViTv2's and Twins' `block.3`
+    name nothing.
+    """
+    paths = [name for name, _ in model.named_modules()]
+    found: list[str | None] = []
+    for entry in _feature_entries(model):
+        name = str(entry.get("module") or "")
+        ends = [path for path in paths if path.endswith(f".{name}")]
+        found.append(name if name and name in paths else ends[0] if name and len(ends) == 1 else None)
+    return found
 
 
 def _is_vit_like(model: nn.Module) -> bool:

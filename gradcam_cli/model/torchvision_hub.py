@@ -90,7 +90,11 @@ class TorchvisionHub:
         return ("url", url) if url else None
 
     def data_config(self, model: nn.Module, arch: str) -> DataConfig:
-        """The DEFAULT weights' transforms; the ImageNet statistics at the model's size without them."""
+        """The DEFAULT weights' transforms; the ImageNet statistics at the model's size without them.
+
+        A model that declares its input size (a ViT's `image_size`) is built for that size, whatever the DEFAULT
+        weights were trained at: random vit_h_14 is 224, its SWAG weights 518; the crop follows the model.
+        """
         weights = _weights(arch)
         if weights is None:
             h, w = default_input_hw(model)
@@ -98,6 +102,9 @@ class TorchvisionHub:
         t = weights.transforms()
         crop = int(t.crop_size[0])
         resize = int(t.resize_size[0])
+        built = getattr(model, "image_size", None)
+        if isinstance(built, int) and built != crop:
+            crop, resize = built, round(built * resize / crop)
         return DataConfig(
             input_hw=(crop, crop),
             mean=tuple(float(v) for v in t.mean),  # type: ignore[arg-type]
