@@ -79,6 +79,19 @@ def seeded(seed: int, *shape: int):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
 
+def write_photo_tree(folder: Path, count: int, every: int = 3) -> Path:
+    """`count` small photos of different sizes in `folder`, every `every`-th in its subfolder `more/`: a batch job's folder."""
+    (folder / "more").mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        write_image(folder / ("more" if index % every == 0 else "") / f"img{index:02d}.png", 60 + index, 44, seed=index)
+    return folder
+
+
+def png_bytes(folder: Path) -> dict[str, bytes]:
+    """Every PNG below a folder, by its path there: two runs' outputs compared byte for byte."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.png"))}
+
+
 def write_image(path: Path, width: int = 96, height: int = 64, seed: int = 0, mode: str = "RGB") -> Path:
     """A small random photo-like image (smooth blobs, so resizing is meaningful)."""
     from PIL import Image

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_image
+from conftest import png_bytes, write_photo_tree
 
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
@@ -29,17 +29,11 @@ def cluster():
 
 @pytest.fixture
 def photos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "photos"
-    (folder / "more").mkdir(parents=True)
-    for index in range(COUNT):
-        write_image(folder / ("more" if index % 4 == 0 else "") / f"img{index:02d}.png", 60 + index, 44, seed=index)
+    """A folder of photos and a subfolder; the current folder is their parent."""
+    folder = write_photo_tree(tmp_path / "photos", COUNT, every=4)
     (folder / "broken.png").write_bytes(b"not a png")
     monkeypatch.chdir(tmp_path)
     return folder
-
-
-def _pictures(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.png"))}
 
 
 def test_the_ray_runner_writes_what_one_process_writes(run_cli, cluster, photos: Path) -> None:
@@ -51,7 +45,7 @@ def test_the_ray_runner_writes_what_one_process_writes(run_cli, cluster, photos:
     assert len({r["input"] for r in records}) == COUNT + 1 and sum(not r["ok"] for r in records) == 1
     kept = [json.loads(line) for line in (Path("ray") / "records.jsonl").read_text().splitlines()]
     assert sorted(r["input"] for r in kept) == sorted(r["input"] for r in records)
-    assert _pictures(Path("ray")) == _pictures(Path("one")), "the same overlays, byte for byte"
+    assert png_bytes(Path("ray")) == png_bytes(Path("one")), "the same overlays, byte for byte"
     assert f"explained {COUNT} of {COUNT + 1} images, 1 failed" in on_ray.stderr
     run = [json.loads(line) for line in (Path("ray") / "runs.jsonl").read_text().splitlines()]
     assert run[0]["device"] == "ray local" and run[1]["counts"]["done"] == COUNT

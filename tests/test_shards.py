@@ -18,7 +18,7 @@ from pathlib import Path, PurePath
 
 import pytest
 
-from conftest import write_image
+from conftest import png_bytes, write_photo_tree
 
 MODEL = ("--model", "test_resnet", "--no-pretrained")
 COUNT = 12
@@ -26,19 +26,12 @@ COUNT = 12
 
 @pytest.fixture
 def photos(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Twelve photos in a folder and a subfolder; the current folder is their parent."""
-    folder = tmp_path / "photos"
-    (folder / "more").mkdir(parents=True)
-    for index in range(COUNT):
-        write_image(folder / ("more" if index % 3 == 0 else "") / f"img{index:02d}.png", 64 + index, 48, seed=index)
+    """A folder of photos and a subfolder; the current folder is their parent."""
+    folder = write_photo_tree(tmp_path / "photos", COUNT, every=3)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
     return folder
-
-
-def _pictures(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.png"))}
 
 
 def _records(folder: Path) -> list[dict]:
@@ -57,7 +50,7 @@ def test_three_shards_explain_every_input_once_and_write_what_one_process_writes
     inputs = [record["input"] for record in _records(Path("three"))]
     assert sorted(inputs) == sorted(record["input"] for record in whole.records()) and len(set(inputs)) == COUNT
     assert not (Path("three") / "records.jsonl").exists(), "a shard keeps its own records file"
-    assert _pictures(Path("three")) == _pictures(Path("one")), "the same files, byte for byte"
+    assert png_bytes(Path("three")) == png_bytes(Path("one")), "the same files, byte for byte"
     runs = [json.loads(line) for line in (Path("three") / "runs.shard-1-of-3.jsonl").read_text().splitlines()]
     mine = (Path("three") / "records.shard-1-of-3.jsonl").read_text().splitlines()
     assert runs[0]["shard"] == "1/3" and runs[1]["counts"]["total"] == len(mine) > 0
@@ -158,4 +151,4 @@ def test_torchrun_with_two_processes_writes_what_one_process_writes(run_cli, pho
     stdout = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     assert sorted(r["input"] for r in stdout) == sorted(r["input"] for r in _records(Path("ranks"))) and len(stdout) == COUNT
     assert run_cli("explain", "photos", "-r", *MODEL, "-o", "one", "--json").code == 0
-    assert _pictures(Path("ranks")) == _pictures(Path("one"))
+    assert png_bytes(Path("ranks")) == png_bytes(Path("one"))

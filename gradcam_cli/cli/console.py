@@ -86,12 +86,14 @@ def _explained(record: Any) -> str:
     kind = str(record.target or "")
     if kind.startswith("regression"):
         return f"output {record.class_index} = {record.score:.4g}"
-    if kind.startswith("multilabel") and len(record.targets) != 1:
+    if kind.startswith("multilabel"):
         if not record.targets:
             top = record.topk[0] if record.topk else None
             best = f"; the likeliest: {top['name'] or top['index']} p={top['probability']:.3f}" if top else ""
             return f"no label above the threshold{best}"
-        return "labels " + ", ".join(_class_words(t.class_index, t.class_name, t.probability) for t in record.targets)
+        return ("labels " if len(record.targets) > 1 else "label ") + ", ".join(
+            _class_words(t.class_index, t.class_name, t.probability) for t in record.targets
+        )
     return "class " + _class_words(record.class_index, record.class_name, record.probability)
 
 
