@@ -41,7 +41,7 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("signum,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
 @pytest.mark.slow
 def test_a_signal_mid_batch_leaves_whole_files_and_skip_existing_does_the_rest(tmp_path, signum, code) -> None:
-    count = 60  # batches of 8: the signal after 2 records lands with most of the run still to do
+    count = 120
     folder, out = _folder(tmp_path, count), tmp_path / "out"
     inputs = _snapshot(folder)
     process = _explain(folder, out)
