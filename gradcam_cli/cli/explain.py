@@ -99,9 +99,9 @@ def _explainer(settings: ExplainSettings, reporter: Reporter, stops: StopRequest
     progress = reporter.progress.detail if reporter.progress else None
     if settings.run.ray is None:
         return Explainer(settings, warn=reporter.warn, checkpoint=stops.checkpoint, progress=progress)
-    from gradcam_cli.run.ray_data import RayRunner, import_ray
+    from gradcam_cli.run.ray_data import RayRunner, connect
 
-    import_ray()  # before the model loads: a missing extra is one line at once
+    connect(str(settings.run.ray))  # before the model loads: a missing extra or an unreachable cluster is one line at once
     here = replace(settings, run=replace(settings.run, device="cpu"))
     return RayRunner(Explainer(here, warn=lambda _m: None, checkpoint=stops.checkpoint), settings, reporter.warn)
 
