@@ -220,7 +220,7 @@ def _class_map(
     shown, raw = photo_maps(cams.maps[0, k], geometry, raw_norm=run.settings.maps.norm is not Norm.minmax, with_raw=True)
     guided = None if cams.guided is None else Image.fromarray(guided_photo(cams.guided[0, k], geometry))
     record = target_record(cams, 0, k, probabilities, run.loaded.class_names)
-    caption = caption_for(record, run.record_context()) if outputs.caption else None
+    caption = caption_for(record, run.record_context(), run.kind) if outputs.caption else None
     heat = Image.fromarray(draw(photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha, caption=caption))
     return ClassMap(
         record.class_index,

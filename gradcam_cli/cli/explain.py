@@ -232,8 +232,10 @@ def _none_in_this_shard(settings: ExplainSettings, streams: Streams, quiet: bool
     """A shard that none of the inputs fell to has done its part: it says so, and succeeds."""
     from gradcam_cli.inputs.shards import shard_of
 
+    shard = shard_of(settings)
+    assert shard is not None, "only a shard has inputs that are another's"
     if not quiet:
-        streams.warn(f"no input falls to {shard_of(settings).describe()}; the other shards explain them")  # type: ignore[union-attr]
+        streams.warn(f"no input falls to {shard.describe()}; the other shards explain them")
     return ExitCode.OK
 
 

@@ -97,10 +97,9 @@ def image_record(
     )
 
 
-def caption_for(record: TargetRecord, context: dict[str, Any]) -> str:
-    """The caption of one explained class: its name, probability, and the run's method and layers."""
-    regression = str(context.get("target", "")).startswith(TargetKind.regression.value)
-    what = f"output {record.class_index} = {record.score:.4g}" if regression else None
+def caption_for(record: TargetRecord, context: dict[str, Any], kind: TargetKind) -> str:
+    """The caption of one explained class: its name, probability (a regression: its value), the run's method and layers."""
+    what = f"output {record.class_index} = {record.score:.4g}" if kind is TargetKind.regression else None
     return caption_text(record.class_name, record.class_index, record.probability, str(context["method"]), list(context["layers"]), what)
 
 
@@ -120,7 +119,6 @@ class ResultWriter:
         save_raw: bool = False,
         save_guided: bool = False,
         raw_norm: bool = False,
-        explicit_classes: bool = False,
         kind: TargetKind = TargetKind.single_class,
     ) -> None:
         self.namer = namer
@@ -129,7 +127,6 @@ class ResultWriter:
         self.colormap, self.alpha, self.style, self.caption = colormap, alpha, style, caption
         self.save_raw, self.save_guided = save_raw, save_guided
         self.raw_norm = raw_norm  # maps hold raw values (--norm none): scale them for display
-        self.explicit_classes = explicit_classes
         self.kind = kind  # how the logits read as probabilities (softmax, sigmoid, none)
         self._folders_ready: set[Path] = set()
         self._folders_lock = threading.Lock()
@@ -148,8 +145,7 @@ class ResultWriter:
         if not bool(cams.finite[row]):
             raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
         probabilities = image_probabilities(cams.logits[row], self.kind)
-        several = cams.targets.shape[1] > 1 or self.explicit_classes or self.kind is TargetKind.multilabel
-        targets = [self._write_target(path, image, geometry, cams, row, k, base, several, probabilities) for k in cams.ranks(row)]
+        targets = [self._write_target(path, image, geometry, cams, row, k, base, probabilities) for k in cams.ranks(row)]
         return image_record(str(path), image, targets, probabilities, self.class_names, self.context)
 
     def skipped_record(self, path: Path, outputs: list[str]) -> ImageRecord:
@@ -169,12 +165,12 @@ class ResultWriter:
         row: int,
         k: int,
         base: PurePath,
-        several: bool,
         probabilities: torch.Tensor | None,
     ) -> TargetRecord:
         """Map one class's CAM back onto the photo and write it."""
         index = int(cams.targets[row, k])
-        overlay_path, raw_path, guided_path = self.namer.paths(base, index if several else None, self.save_raw, self.save_guided)
+        named = index if self.namer.largest_class is not None else None  # the run's names carry a class (pipeline._namer)
+        overlay_path, raw_path, guided_path = self.namer.paths(base, named, self.save_raw, self.save_guided)
         self._prepare_folder(overlay_path.parent)
         record = target_record(
             cams,
@@ -193,7 +189,7 @@ class ResultWriter:
 
     def _caption(self, record: TargetRecord) -> str | None:
         """--caption: what the picture shows, under it."""
-        return caption_for(record, self.context) if self.caption else None
+        return caption_for(record, self.context, self.kind) if self.caption else None
 
     def _write_maps(
         self, image: np.ndarray, geometry: Geometry, cam: torch.Tensor, overlay_path: Path, raw_path: Path | None, caption: str | None

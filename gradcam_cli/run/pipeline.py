@@ -71,7 +71,6 @@ class Explainer:
             save_raw=outputs.save_raw,
             save_guided=outputs.save_guided,
             raw_norm=settings.maps.norm is not Norm.minmax,
-            explicit_classes=bool(self.prepared.targets.classes),
             kind=self.prepared.kind,
         )
 
