@@ -99,6 +99,9 @@ def test_an_empty_folder_gets_a_record_like_a_missing_file_and_an_empty_glob(run
     alone = explain(run_cli, "empty")
     assert alone.code == 1 and not built()
     assert [(r["input"], r["error"]) for r in alone.records()] == [("empty", "empty: no image file in this folder")]
+    folders_only = explain(run_cli, "empt*")  # a pattern that matches only folders matches no file
+    assert [(r["input"], r["error"]) for r in folders_only.records()] == [("empt*", "empt*: the pattern matches no file")]
+    assert not built()
     with_an_image = explain(run_cli, "empty", "photo.png", "none.jpg", "zz*.png")
     assert with_an_image.code == 1 and built()
     assert [(r["input"], r["ok"]) for r in with_an_image.records()] == [

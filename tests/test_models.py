@@ -288,7 +288,6 @@ def test_a_domainbed_checkpoint_loads_from_model_dict(run_cli, tmp_path, image, 
     `model_dict` three times over (featurizer., classifier., network.): the `network.` prefix fits the model."""
     import torch
 
-    pytest.importorskip("torchvision")
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "domainbed_net.py").write_text(DOMAINBED)
     from domainbed_net import ERM

@@ -16,7 +16,7 @@ from typing import Any
 import typer
 
 from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, progress_line
-from gradcam_cli.cli.named_inputs import Scan, check_files, scan_named, sources, stdin_ahead
+from gradcam_cli.cli.named_inputs import Scan, check_files, input_sources, scan_named, stdin_ahead
 from gradcam_cli.cli.options import parameter
 from gradcam_cli.cli.signals import StopRequests
 from gradcam_cli.errors import ExitCode, GradcamError, UsageError, notices_to
@@ -87,7 +87,7 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
                     reporter.progress.loaded()
                 for path in named_files(inputs, settings.outputs.output_dir):  # known before any output is written
                     explainer.namer.protect(path)
-                found = sources(inputs, streams, settings, notice=None if scan else reporter.warn)
+                found = input_sources(inputs, streams, settings, notice=None if scan else reporter.warn)
                 summary = _stream(explainer, stops, found, reporter, streams, quiet)
         finally:
             reporter.close()

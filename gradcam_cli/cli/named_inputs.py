@@ -61,7 +61,7 @@ def stdin_ahead(inputs: list[str], streams: Streams) -> tuple[list[str], Streams
     return [text for text in inputs if text != "-"], streams
 
 
-def sources(inputs: list[str], streams: Streams, settings: ExplainSettings, notice: Any, every: bool = False) -> Iterator[Any]:
+def input_sources(inputs: list[str], streams: Streams, settings: ExplainSettings, notice: Any, every: bool = False) -> Iterator[Any]:
     """The inputs this process explains: all of them, or with a shard its share (`every`: all the same)."""
     from gradcam_cli.inputs.shards import shard_of
     from gradcam_cli.inputs.sources import iter_sources
@@ -104,7 +104,7 @@ def scan_named(inputs: list[str], streams: Streams, settings: ExplainSettings) -
     from gradcam_cli.inputs.shards import shard_of
 
     scan, shard = Scan(), shard_of(settings)
-    for source in sources(inputs, streams, settings, notice=scan.note, every=True):
+    for source in input_sources(inputs, streams, settings, notice=scan.note, every=True):
         if shard is not None and not shard.owns(source):
             scan.elsewhere += 1
             continue
