@@ -7,7 +7,9 @@ so every module can fail with a sentence instead of a traceback.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from enum import IntEnum
 
 # How a message names an option: ⟨name⟩, ⟨name=value⟩, or ⟨name~⟩ ("the flag or the preset key").
@@ -112,3 +114,44 @@ class Interrupted(GradcamError):
     def __init__(self, message: str, exit_code: ExitCode = ExitCode.INTERRUPTED) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class Notice(UserWarning):
+    """A choice the library made for the user where it had to guess (a fallback that fired): one line to say so.
+
+    A Python caller sees it as a warning, its marks spelled as arguments; the
+    command line (`notices_to`) prints it as its one line, spelled as flags.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return spelled(self.message)
+
+    def spelled(self, spelling: Spelling) -> str:
+        return spelled(self.message, spelling)
+
+
+def notify(message: str) -> None:
+    """Say a Notice: where no one listens it is a Python warning, shown once per message."""
+    warnings.warn(Notice(message), stacklevel=2)
+
+
+@contextmanager
+def notices_to(say: Callable[[str], None], spelling: Spelling = spell_as_argument) -> Iterator[None]:
+    """Inside, each Notice goes to `say` as one line spelled for its reader, once per message; other warnings
+    are shown as Python shows them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("once", Notice)
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *rest: object, **named: object) -> None:
+            if isinstance(message, Notice):
+                say(message.spelled(spelling))
+            else:
+                shown(message, category, *rest, **named)  # type: ignore[arg-type]
+
+        warnings.showwarning = show
+        yield

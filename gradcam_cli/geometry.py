@@ -40,18 +40,6 @@ class Geometry:
     crop_offset: tuple[int, int]  # (top, left) in the resized image
     box: tuple[float, float, float, float]
 
-    def to_original(self, u: float, v: float) -> tuple[float, float]:
-        """Input pixel centre (u=column, v=row) → original pixel coordinates."""
-        x0, y0, x1, y1 = self.box
-        h, w = self.input_hw
-        return x0 + (u + 0.5) * (x1 - x0) / w - 0.5, y0 + (v + 0.5) * (y1 - y0) / h - 0.5
-
-    def to_input(self, x: float, y: float) -> tuple[float, float]:
-        """Original pixel (x, y) → input pixel coordinates; the inverse of to_original."""
-        x0, y0, x1, y1 = self.box
-        h, w = self.input_hw
-        return (x + 0.5 - x0) * w / (x1 - x0) - 0.5, (y + 0.5 - y0) * h / (y1 - y0) - 0.5
-
 
 def plan_geometry(original_hw: tuple[int, int], config: DataConfig, crop: bool = False) -> Geometry:
     """The resize (and optional centre crop) for one image of this size."""

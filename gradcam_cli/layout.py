@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gradcam_cli.errors import LayoutError
+from gradcam_cli.errors import LayoutError, notify, one_line
 from gradcam_cli.vocab import LayoutKind
 
 import torch
@@ -95,7 +95,12 @@ def patch_grid(model: nn.Module, input_hw: tuple[int, int]) -> tuple[int, int] |
     if callable(feat_size):
         try:
             return _grid_or_none(feat_size(size))
-        except Exception:  # noqa: BLE001 - an unusual embedding: fall back to the shape
+        except Exception as error:  # noqa: BLE001 - an unusual embedding: fall back to the shape, and say so
+            notify(
+                f"the patch embedding ({type(embed).__name__}) did not give its grid for the {size[0]}x{size[1]} input "
+                f"({one_line(error, 60)}); token layers are read from their count, which can pick another grid: "
+                "⟨grid=HxW⟩ settles it"
+            )
             return None
     return _conv_chain_grid(embed, patch, size)
 
@@ -150,14 +155,31 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ")"
 
 
-def detect_layout(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutHints, layer: str = "") -> Layout:
+def detect_layout(
+    shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutHints, layer: str = "", model_name: str = "the model"
+) -> Layout:
     """Decide the layout of one layer output from its shape, the input size and hints."""
     where = f"layer '{layer}' output {_shape_text(shape)}" if layer else f"output {_shape_text(shape)}"
     if len(shape) == 4:
         return _detect_4d(shape, input_hw, hints, where)
     if len(shape) == 3:
         return _detect_tokens(shape, input_hw, hints, where)
-    raise LayoutError(f"{where} has no spatial dimensions; choose a layer that outputs a map or tokens (see: gradcam layers MODEL)")
+    raise LayoutError(f"{where} has no spatial dimensions; choose a layer that outputs a map or tokens (see: gradcam layers {model_name})")
+
+
+def target_layout(
+    shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutHints, layer: str, model_name: str = "the model"
+) -> Layout:
+    """A target layer's layout, as a run reads it: one cell (a pooled output, or an input too small for the layer's
+    downsampling) holds no place, so every map of it would be blank; refused, saying why, instead."""
+    layout = detect_layout(shape, input_hw, hints, layer, model_name)
+    if layout.grid == (1, 1):
+        raise LayoutError(
+            f"layer '{layer}' output {_shape_text(shape)} is a 1x1 grid at the {input_hw[0]}x{input_hw[1]} input: one cell "
+            f"shows no place, so its map would be blank; give a larger ⟨input_size⟩ or an earlier layer with ⟨layers⟩ "
+            f"(see: gradcam layers {model_name})"
+        )
+    return layout
 
 
 def _detect_4d(shape: tuple[int, ...], input_hw: tuple[int, int], hints: LayoutHints, where: str) -> Layout:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gradcam_cli.errors import spelled
-from gradcam_cli.values import parse_channels, parse_grid, parse_input_size, parse_kwarg, parse_shard
+from gradcam_cli.values import parse_channels, parse_class, parse_grid, parse_input_size, parse_kwarg, parse_shard
 from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, values
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
@@ -75,8 +75,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="weights", flags=("--weights", "-w"), kind=Path, default=None, group="model", metavar="FILE", path=True,
            help="Local checkpoint (.safetensors, or .pth/.pt state dict).",
            doc="your checkpoint: `.safetensors`, or a `.pth`/`.pt` state dict (loaded with `weights_only=True`; pickled "
-               "code is refused). `state_dict`/`model` wrappers and `module.` prefixes are unwrapped; the number of classes "
-               "is read from the checkpoint's classifier"),
+               "code is refused). `state_dict`/`model` wrappers (DomainBed's `model_dict` too) and `module.` prefixes are "
+               "unwrapped; the number of classes is read from the checkpoint's classifier"),
     Option(name="ema", flags=("--ema",), kind=bool, default=False, group="model",
            help="Load the checkpoint's EMA weights (timm's state_dict_ema) instead of its weights.",
            doc="with `--weights`: the exponential moving average of the weights the training kept (timm's "
@@ -96,7 +96,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="input_size", flags=("--input-size",), kind=str, default=None, group="model", metavar="HxW",
            convert=parse_input_size,
            help="Model input size (224, 160x192 or 3x224x224); overrides the model's data config.",
-           doc="the model's input size, `224`, `160x192` or timm's `3x224x224`; with `--mean`, `--std`, "
+           doc="the model's input size, `224`, `160x192` or timm's `3x224x224` (8 to 8,192 pixels a side); with `--mean`, `--std`, "
                "`--interpolation` and `--crop-pct` (timm's names) it overrides the model's own data config, for any model"),
     Option(name="mean", flags=("--mean",), kind=str, default=None, group="model", metavar="R,G,B", convert=parse_channels("mean"),
            help="Normalisation mean per channel, 0-1 scale (one value for all three).",
@@ -142,8 +142,9 @@ OPTIONS: tuple[Option, ...] = (
            help="With --method guided-gradcam: also write the RGB guided image.",
            doc="with `--method guided-gradcam`: also write the RGB guided Grad-CAM image, `NAME.EXT.guided-gradcam.guided.png`"),
     Option(name="classes", flags=("--class", "-c"), kind=list, default=None, group="target", metavar="N|NAME",
-           aliases=("class",), help="Class to explain, by index or name; repeat for several. Default: the top class.",
-           doc="class to explain, by index or name; repeatable. Default: the top class"),
+           aliases=("class",), convert=parse_class, help="Class to explain, by index or name; repeat for several. Default: the top class.",
+           doc="class to explain, by index or name (any of its synonyms: `tabby cat` names `tabby, tabby cat`, as a class "
+               "folder does); repeatable. Default: the top class"),
     Option(name="negative", flags=("--negative",), kind=bool, default=False, group="target",
            help="Explain what pushes the class score down (minus the score): a binary classifier's other class.",
            doc="explain minus the class score: the evidence against the class (a single-logit binary classifier's "

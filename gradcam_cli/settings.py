@@ -14,7 +14,7 @@ from typing import Any
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS, OPTIONS, Option, named
-from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style
+from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, closest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,7 +137,9 @@ def _checked(option: Option, value: Any) -> Any:
     if option.choices is not None:
         text = str(getattr(value, "value", value)).strip().lower()
         if text not in option.choices:
-            raise UsageError(f"{named(option)} '{value}' is unknown; use one of {', '.join(option.choices)}")
+            close = closest(text, option.choices)
+            hint = f" (did you mean '{close}'?)" if close else ""
+            raise UsageError(f"{named(option)} '{value}' is unknown; use one of {', '.join(option.choices)}{hint}")
         return option.kind(text)
     if option.kind is list:
         return tuple(option.convert(str(v)) if option.convert else str(v) for v in value)

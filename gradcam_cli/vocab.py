@@ -7,6 +7,9 @@ exists in one place. Each enum's values are what the user types.
 
 from __future__ import annotations
 
+import difflib
+import re
+from dataclasses import dataclass
 from enum import Enum
 
 
@@ -25,6 +28,68 @@ class Method(str, Enum):
     ablationcam = "ablationcam"
     guided_gradcam = "guided-gradcam"
     fullgrad = "fullgrad"
+
+
+@dataclass(frozen=True)
+class MethodNote:
+    """What `gradcam methods` says of a method: what it is good for, and what it costs per image."""
+
+    summary: str
+    passes: str
+
+
+# Written once, here, torch-free: `gradcam methods` prints them without importing the engine, and the registry
+# (cams/methods/base.py) gives each registered method its note.
+METHOD_NOTES: dict[Method, MethodNote] = {
+    Method.gradcam: MethodNote(
+        "channel weights = mean gradient; the classic, robust default",
+        "1 forward + 1 backward to the layer",
+    ),
+    Method.hirescam: MethodNote(
+        "gradient x activation element-wise, summed over channels; faithful to the score",
+        "1 forward + 1 backward to the layer",
+    ),
+    Method.gradcam_elementwise: MethodNote(
+        "ReLU(gradient x activation) element-wise, summed over channels",
+        "1 forward + 1 backward to the layer",
+    ),
+    Method.gradcam_plusplus: MethodNote(
+        "alpha-weighted positive gradients; better with several objects of a class",
+        "1 forward + 1 backward to the layer",
+    ),
+    Method.xgradcam: MethodNote(
+        "channel weights = activation-weighted mean gradient (sensitivity/conservation axioms)",
+        "1 forward + 1 backward to the layer",
+    ),
+    Method.layercam: MethodNote(
+        "ReLU(gradient) x activation element-wise; fine detail, good at shallow layers",
+        "1 forward + 1 backward to the layer",
+    ),
+    Method.eigengradcam: MethodNote(
+        "first principal component of gradient x activation; smooth, less noisy maps",
+        "1 forward + 1 backward to the layer, 1 reduced SVD per image",
+    ),
+    Method.eigencam: MethodNote(
+        "first principal component of the activations; class-agnostic, no gradients",
+        "1 forward without a graph, 1 reduced SVD per image",
+    ),
+    Method.scorecam: MethodNote(
+        "weights = class score of the input masked by each channel; gradient-free, robust to saturation",
+        "1 forward + C masked forwards per image (C = the layer's channels)",
+    ),
+    Method.ablationcam: MethodNote(
+        "weights = relative score drop when each channel is zeroed; gradient-free",
+        "1 forward + C ablated forwards per image (C = the layer's channels)",
+    ),
+    Method.guided_gradcam: MethodNote(
+        "Grad-CAM x guided backpropagation; pixel-sharp, class-discriminative detail",
+        "1 forward + 1 backward to the layer + 1 guided backward to the input",
+    ),
+    Method.fullgrad: MethodNote(
+        "input gradient + bias gradients of every conv/batch-norm layer; whole-network, ignores ⟨layers⟩",
+        "1 forward + 1 backward to the input",
+    ),
+}
 
 
 class Norm(str, Enum):
@@ -81,6 +146,21 @@ class LayoutKind(str, Enum):
 def values(enum: type[Enum]) -> list[str]:
     """What the user may type for an enum option, in order."""
     return [str(member.value) for member in enum]
+
+
+def _folded(word: str) -> str:
+    """A word as a typo is compared: case, spaces, `-` and `_` dropped, `+` and `plus` read as `p` (gradcampp)."""
+    return re.sub(r"[\s_\-]+", "", word.lower()).replace("plus", "p").replace("+", "p")
+
+
+def closest(word: str, names: list[str]) -> str | None:
+    """The name a mistyped word most likely meant, or None: one that folds the same (`gradcampp` → gradcam++,
+    `guided_gradcam`), else the nearest by spelling."""
+    folded = {_folded(name): name for name in names}
+    if _folded(word) in folded:
+        return folded[_folded(word)]
+    close = difflib.get_close_matches(_folded(word), list(folded), n=1)
+    return folded[close[0]] if close else None
 
 
 class Interpolation(str, Enum):

@@ -157,9 +157,9 @@ def test_cli_save_guided_writes_the_colour_image(run_cli, photo, tmp_path) -> No
 
     with Image.open(guided) as im:
         assert im.size == (96, 64) and im.mode == "RGB"
-    # a re-run into the same folder does not take its own outputs for inputs
+    # a re-run into the same folder does not take its own outputs for inputs: it holds no image
     again = run_cli("explain", out, "--model", "test_resnet", "--no-pretrained", "-o", out, "--json")
-    assert again.code == 1 and not again.records()
+    assert again.code == 1 and [r["error"] for r in again.records()] == [f"{out}: no image file in this folder"]
 
 
 def test_cli_save_guided_needs_the_guided_method(run_cli, photo, tmp_path) -> None:

@@ -241,7 +241,7 @@ def test_inputs_that_hold_no_image_fail_before_the_model_loads(run_cli, tmp_path
         "gradcam: empty: no image file in this folder",
         "gradcam: zz*.png: the pattern matches no file",
     ]
-    assert [(r["input"], r["ok"]) for r in result.records()] == [("nope.jpg", False), ("zz*.png", False)]
+    assert [(r["input"], r["ok"]) for r in result.records()] == [("nope.jpg", False), ("empty", False), ("zz*.png", False)]
     assert not Path("out").exists()
 
 

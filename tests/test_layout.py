@@ -363,3 +363,85 @@ def test_convnext_channels_last_layer_equals_the_manual_permute() -> None:
         ref = explainer(input_tensor=x, targets=None)
     assert ours.max() > 0.99
     np.testing.assert_allclose(ours.numpy(), ref, atol=1e-4, rtol=0)
+
+
+# ------------------------------------------------------------------ what the run says of a layer's layout
+
+
+def test_a_layer_without_spatial_dimensions_names_the_command_with_this_model(run_cli, tmp_path) -> None:
+    from conftest import write_image
+
+    image = write_image(tmp_path / "in.png", 64, 48)
+    result = run_cli("explain", "-m", "test_resnet", "--no-pretrained", "--layer", "fc", "-o", tmp_path / "out", image)
+    assert result.code == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("gradcam: error: layer 'fc' output (1, 1000) has no spatial dimensions") and "MODEL" not in line
+    assert line.endswith("(see: gradcam layers test_resnet)")
+
+
+def test_an_input_too_small_for_the_layer_says_why_its_map_would_be_blank(run_cli, tmp_path) -> None:
+    """test_resnet's layer4 downsamples 32 times: at 16x16 it is one cell, which shows no place (every map blank)."""
+    from conftest import write_image
+
+    image = write_image(tmp_path / "in.png", 64, 48)
+    result = run_cli("explain", "-m", "test_resnet", "--no-pretrained", "--input-size", "16", "--json", "-o", tmp_path / "o", image)
+    assert result.code == 2 and result.stdout == ""
+    line = result.stderr.strip().splitlines()[-1]
+    assert line == (
+        "gradcam: error: layer 'layer4' output (1, 96, 1, 1) is a 1x1 grid at the 16x16 input: one cell shows no place, "
+        "so its map would be blank; give a larger --input-size or an earlier layer with --layer (see: gradcam layers test_resnet)"
+    )
+    larger = run_cli("explain", "-m", "test_resnet", "--no-pretrained", "--input-size", "64", "--json", "-o", tmp_path / "o", image)
+    assert larger.code == 0 and [r["blank"] for r in larger.records()] == [False], larger.stderr
+
+
+TOKEN_NET = """
+import torch
+from torch import nn
+
+
+class Embed(nn.Module):  # a patch embedding that cannot tell its grid (an unusual one)
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv2d(3, 8, 8, stride=8)
+
+    def dynamic_feat_size(self, size):
+        raise ValueError("no grid for this size")
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class TokenNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.patch_embed = Embed()
+        self.norm = nn.LayerNorm(8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.norm(self.patch_embed(x)).mean(1))
+"""
+
+
+def test_a_patch_embedding_that_cannot_give_its_grid_is_said_once(run_cli, tmp_path, monkeypatch) -> None:
+    """The fallback to reading the grid from the token count can pick another grid: the run says so, one line, once."""
+    from conftest import write_image
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "net.py").write_text(TOKEN_NET)
+    for index in range(2):
+        write_image(tmp_path / "photos" / f"{index}.png", 64, 64, seed=index)
+    result = run_cli("explain", "photos", "--model", "net.py:TokenNet", "--layer", "norm", "--input-size", "64",
+                     "--mean", "0.5", "--std", "0.5", "--batch-size", "1", "--json", "-o", "out")  # fmt: skip
+    assert result.code == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "patch embedding" in line]
+    assert said == [
+        "gradcam: the patch embedding (Embed) did not give its grid for the 64x64 input (no grid for this size); "
+        "token layers are read from their count, which can pick another grid: --grid HxW settles it"
+    ]
+    assert len(result.records()) == 2
+
+    with pytest.warns(gradcam_cli.errors.Notice, match=r"grid=HxW settles it"):  # a Python caller: a warning
+        assert patch_grid(gradcam_cli.load_model("net.py:TokenNet", input_hw=64, mean=0.5, std=0.5).model, (64, 64)) is None

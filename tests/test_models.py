@@ -213,6 +213,151 @@ def test_checkpoint_that_does_not_fit_names_missing_and_unexpected_keys(run_cli,
     assert other.code == 2 and "missing:" in other.stderr and "unexpected:" in other.stderr
 
 
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"shopping list: milk, eggs\n", "(a text file)"),
+        (b"\x89PNG\r\n\x1a\n" + bytes(64), "(a PNG image)"),
+        (b"", "(an empty file, 0 bytes)"),
+        (b"\x80\x02\x8a\x0a" + b"cut short", "(damaged or truncated: EOFError)"),
+    ],
+    ids=["text", "png", "empty", "truncated-pickle"],
+)
+def test_a_file_that_is_no_checkpoint_is_named_for_what_it_is(run_cli, tmp_path, image, content, says):
+    """torch's own error for a text file is a bare "(101)", the byte it choked on: the line says what the file is."""
+    weights = tmp_path / "notes.jpg"
+    weights.write_bytes(content)
+    result = explain(run_cli, tmp_path, image, "--weights", weights)
+    assert result.code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert f"--weights {weights}: not a loadable tensor checkpoint {says}; give a .safetensors file" in line, line
+    assert "(101)" not in line
+
+
+def test_a_safetensors_file_under_another_name_is_named(tmp_path, three_class_state):
+    from gradcam_cli.errors import ModelError
+    from gradcam_cli.model.checkpoint import read_state_dict
+
+    weights = save_safetensors(three_class_state, tmp_path / "model.pth")
+    with pytest.raises(ModelError, match="a safetensors file under another name; name it .safetensors"):
+        read_state_dict(weights)
+
+
+def test_a_checkpoint_without_a_state_dict_names_its_top_level_keys(run_cli, tmp_path, image):
+    import torch
+
+    weights = tmp_path / "run.pth"
+    torch.save({"args": {"lr": 0.1}, "hparams": {"depth": 18}, "step": 100}, weights)
+    result = explain(run_cli, tmp_path, image, "--weights", weights)
+    assert result.code == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.endswith(f"--weights {weights}: holds no state dict of tensors (its top-level keys: args, hparams, step)"), line
+
+
+DOMAINBED = """
+import torch
+import torchvision
+from torch import nn
+
+
+class Featurizer(nn.Module):  # DomainBed's ResNet featurizer: torchvision's resnet18 as .network, its fc dropped
+    def __init__(self):
+        super().__init__()
+        self.network = torchvision.models.resnet18(weights=None)
+        self.network.fc = nn.Identity()
+
+    def forward(self, x):
+        return self.network(x)
+
+
+class ERM(nn.Module):  # DomainBed's algorithm: the featurizer and classifier, and the Sequential of both
+    def __init__(self, classes=3):
+        super().__init__()
+        self.featurizer = Featurizer()
+        self.classifier = nn.Linear(512, classes)
+        self.network = nn.Sequential(self.featurizer, self.classifier)
+
+
+def build():
+    return nn.Sequential(Featurizer(), nn.Linear(512, 3))
+"""
+
+
+def test_a_domainbed_checkpoint_loads_from_model_dict(run_cli, tmp_path, image, monkeypatch):
+    """DomainBed saves {args, model_input_shape, model_num_classes, model_hparams, model_dict}, the weights under
+    `model_dict` three times over (featurizer., classifier., network.): the `network.` prefix fits the model."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "domainbed_net.py").write_text(DOMAINBED)
+    from domainbed_net import ERM
+
+    torch.manual_seed(7)  # not the weights a fresh build gets: the load is visible
+    algorithm = ERM()
+    weights = tmp_path / "model.pkl"
+    torch.save(
+        {
+            "args": {"dataset": "PACS", "algorithm": "ERM", "test_envs": [0], "seed": 0},
+            "model_input_shape": (3, 224, 224),
+            "model_num_classes": 3,
+            "model_num_domains": 3,
+            "model_hparams": {"lr": 5e-5, "resnet18": True, "resnet_dropout": 0.0},
+            "model_dict": algorithm.state_dict(),
+        },
+        weights,
+    )
+    result = run_cli("explain", "-m", "domainbed_net.py:build", "--weights", weights, "--json", "-o", tmp_path / "out", image)
+    assert result.code == 0, result.stderr
+    said = result.stderr.splitlines()
+    assert f"gradcam: --weights {weights}: the weights are under 'model_dict' (a training checkpoint's), taken from there" in said
+    (prefix,) = [line for line in said if "under 'network.'" in line]
+    assert "other tensors left out (classifier, featurizer)" in prefix
+
+    from gradcam_cli.model.load import load_model
+
+    loaded = load_model("domainbed_net.py:build", weights=weights).model.state_dict()
+    expected = algorithm.network.state_dict()
+    assert loaded.keys() == expected.keys()
+    assert all(torch.equal(loaded[key], expected[key]) for key in expected)
+
+
+def test_debug_shows_the_libraries_own_error_as_the_cause(run_cli, tmp_path, image):
+    """Without --debug one line; with it the traceback, down to the error torch or timm raised."""
+    from gradcam_cli.errors import ModelError
+
+    weights = tmp_path / "cut.pth"
+    weights.write_bytes(b"\x80\x02\x8a\x0a" + b"cut short")
+    assert explain(run_cli, tmp_path, image, "--weights", weights).code == 2
+    with pytest.raises(ModelError) as raised:
+        run_cli("--debug", "explain", "-m", "test_resnet", "-o", tmp_path / "out", image, "--weights", weights)
+    assert isinstance(raised.value.__cause__, EOFError)
+
+    with pytest.raises(ModelError) as raised:
+        run_cli("--debug", "explain", "-m", "test_resnet", "--no-pretrained", "--model-kwargs", "bogus=1", "-o", tmp_path / "o", image)
+    assert isinstance(raised.value.__cause__, TypeError) and "bogus" in str(raised.value.__cause__)
+
+
+def test_when_timm_cannot_say_where_its_weights_are_it_says_so(monkeypatch):
+    """The broad fallback of the timm hub (another timm version's private resolver) fires with one line, not silently;
+    a tag timm does not have stays for the build to name, with nothing said here."""
+    import warnings
+
+    import timm.models._builder
+
+    from gradcam_cli.errors import Notice
+    from gradcam_cli.model.timm_hub import TIMM
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert TIMM.weights_location("resnet50.no_such_tag") is None
+        assert TIMM.weights_location("test_resnet") == ("hf", TIMM.weights_location("hf-hub:timm/test_resnet")[1])
+    monkeypatch.delattr(timm.models._builder, "_resolve_pretrained_source")  # as in a timm that moved it
+    with pytest.warns(Notice, match="test_resnet: this timm does not say where its pretrained weights live") as said:
+        assert TIMM.weights_location("test_resnet") is None
+    (notice,) = said
+    assert "\n" not in str(notice.message)
+
+
 # ---------------------------------------------------------------- model names
 
 

@@ -99,7 +99,11 @@ def test_the_share_and_the_device_come_from_the_launcher(env, args, shard, local
     [
         (("--shard", "2/2"), {}, "--shard '2/2' is not I/N with 0 <= I < N"),
         (("--shard", "one/two"), {}, "--shard 'one/two' is not I/N"),
-        ((), {"RANK": "x", "WORLD_SIZE": "2"}, "torchrun's RANK='x' and WORLD_SIZE='2' are not numbers"),
+        ((), {"RANK": "x", "WORLD_SIZE": "2"}, "torchrun's RANK='x' is not a number"),
+        ((), {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "abc"}, "torchrun's LOCAL_RANK='abc' is not a number"),
+        ((), {"SLURM_PROCID": "0", "SLURM_NTASKS": "²"}, "SLURM's SLURM_NTASKS='²': '²' is not written in the digits 0-9"),
+        (("--shard", "²/4"), {}, "--shard '²/4': '²' is not written in the digits 0-9"),
+        (("--shard", "0/" + "9" * 5000), {}, "a number of 5,000 digits is more than any makes sense"),
         ((), {"SLURM_PROCID": "3", "SLURM_NTASKS": "2"}, "SLURM's SLURM_PROCID=3 is not below SLURM_NTASKS=2"),
     ],
 )

@@ -178,3 +178,33 @@ def test_the_threshold_default_is_the_one_the_help_says() -> None:
     from gradcam_cli.option_table import BY_NAME
 
     assert f"default {DEFAULT_THRESHOLD:g}" in BY_NAME["threshold"].doc and f"default {DEFAULT_THRESHOLD:g}" in BY_NAME["threshold"].help
+
+
+# ------------------------------------------------------------------ classes by name, as the truth names them
+
+
+def test_a_class_synonym_names_it_as_in_a_truth_folder(run_cli, tmp_path: Path) -> None:
+    """ImageNet's class 281 is "tabby, tabby cat": `--class "tabby cat"` names it, as a folder `val/tabby cat/` does."""
+    photo = write_image(tmp_path / "tabby cat" / "photo.png", 64, 48, seed=5)
+    for spelling in ("tabby cat", "Tabby_Cat", "tabby"):
+        result = run_cli("explain", photo, "-m", "test_resnet", "--no-pretrained", "--class", spelling, "--json", "-o", "out")
+        assert result.code == 0, result.stderr
+        (record,) = result.records()
+        assert (record["class_index"], record["class_name"], record["true_index"]) == (281, "tabby, tabby cat", 281)
+    wrong = run_cli("explain", photo, "-m", "test_resnet", "--no-pretrained", "--class", "tabby kat", "-o", "out")
+    assert wrong.code == 2 and "is not a class of this model (did you mean 'tabby cat'" in wrong.stderr
+
+
+def test_truth_rows_that_disagree_on_an_image_are_said_and_the_first_counts(run_cli, tmp_path: Path) -> None:
+    write_image(tmp_path / "a.png", 64, 48, seed=6)
+    write_image(tmp_path / "b.png", 64, 48, seed=7)
+    rows = "path,class\na.png,tabby\nb.png,goldfish\n./a.png,tiger cat\nb.png,Goldfish\nb.png,1\n"
+    (tmp_path / "truth.csv").write_text(rows, encoding="utf-8")
+    result = run_cli("explain", "a.png", "b.png", "-m", "test_resnet", "--no-pretrained", "--truth", "truth.csv", "--json", "-o", "out")
+    assert result.code == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "disagree" in line]
+    assert said == [
+        "gradcam: truth.csv: rows disagree on an image's class (./a.png: row 1 says 'tabby, tabby cat', row 3 'tiger cat'); "
+        "the first row counts"
+    ]
+    assert [(r["input"], r["true_index"]) for r in result.records()] == [("a.png", 281), ("b.png", 1)]

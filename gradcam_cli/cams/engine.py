@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from collections.abc import Sequence
 
 from gradcam_cli.extract.recorder import LayerRecorder
-from gradcam_cli.layout import Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
+from gradcam_cli.layout import Layout, LayoutHints, channels_dim_hint, patch_grid, target_layout
 from gradcam_cli.maps import CamBatch, CamOptions, NetworkGradients, finish_maps, finite_rows
 from gradcam_cli.cams.methods import MethodKind
 from gradcam_cli.cams.methods.projection import first_component
@@ -50,10 +50,11 @@ class _Job:
         from dataclasses import replace
 
         hints = replace(self.hints, patch_grid=patch_grid(self.model, self.size))
-        return [
-            detect_layout(tuple(a.shape), self.size, replace(hints, channels_dim=channels_dim_hint(layer.module)), layer.name)
-            for a, layer in zip(activations, self.layers)
-        ]
+        layouts = []
+        for a, layer in zip(activations, self.layers):
+            layer_hints = replace(hints, channels_dim=channels_dim_hint(layer.module))
+            layouts.append(target_layout(tuple(a.shape), self.size, layer_hints, layer.name, self.model_name))
+        return layouts
 
     def scored(self, scores: torch.Tensor) -> torch.Tensor:
         """The scores explained: the class scores, or with ⟨negative⟩ minus them."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from collections.abc import Sequence
 
 from gradcam_cli.errors import UsageError
+from gradcam_cli.values import ClassIndex, class_index, normalised
 
 import torch
 
@@ -71,22 +72,23 @@ class TargetChoice:
 
 
 def parse_class(value: str | int, class_names: Sequence[str] | None) -> int:
-    """`--class 281`, `--class tabby` or `--class "tabby, tabby cat"` → an index."""
+    """`--class 281`, `--class tabby`, `--class "tabby cat"` or `--class "tabby, tabby cat"` → an index.
+
+    A name is found as a ⟨truth⟩ file's or a class folder's is (model/labels.py: every synonym, any case, `_` or `-`).
+    """
     if isinstance(value, int):
         return value
     text = value.strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
+    index = class_index(text, f"⟨classes='{text}'⟩")
+    if index is not None:
+        return index
     if not class_names:
         raise UsageError(f"⟨classes='{text}'⟩: this model has no class names; give an index or ⟨labels=FILE⟩")
-    lowered = [name.lower() for name in class_names]
-    key = text.lower()
-    if key in lowered:
-        return lowered.index(key)
-    short = [name.split(",")[0].strip() for name in lowered]
-    if key in short:
-        return short.index(key)
-    close = difflib.get_close_matches(key, short, n=3, cutoff=0.6)
+    classes = ClassIndex(class_names)
+    found = classes.find(text)
+    if found is not None:
+        return found
+    close = difflib.get_close_matches(normalised(text), classes.spellings(), n=3, cutoff=0.6)
     hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
     raise UsageError(f"⟨classes='{text}'⟩ is not a class of this model{hint}; give a name from the labels or an index")
 

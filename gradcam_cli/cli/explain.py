@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, progress_line
+from gradcam_cli.cli.named_inputs import Scan, check_files, input_sources, scan_named, stdin_ahead
 from gradcam_cli.cli.options import parameter
 from gradcam_cli.cli.signals import StopRequests
-from gradcam_cli.errors import ExitCode, GradcamError, UsageError, printable
+from gradcam_cli.errors import ExitCode, GradcamError, UsageError, notices_to
 from gradcam_cli.settings import ExplainSettings, build_settings
-from gradcam_cli.option_table import OPTIONS
+from gradcam_cli.option_table import OPTIONS, as_flag
 
 CLI_ONLY = ("inputs", "json_lines", "config", "quiet")  # how to run, not what: no preset key, not in the settings
 
@@ -62,13 +62,17 @@ def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Path | None
 
 
 def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams, json_lines: bool | None, quiet: bool) -> int:
-    """Named inputs checked first (no model load when none holds an image), then the run, reported as it goes."""
+    """What can be checked without the model first (no model load when no input holds an image), then the run,
+    reported as it goes."""
     from gradcam_cli.inputs.sources import named_files
 
     as_json = (not streams.stdout_tty) if json_lines is None else json_lines
-    _check_truth_file(settings)
+    check_files(settings)
     with StopRequests() as stops:  # the signal handling and the progress line cover the model's loading too
-        scan = _scan_named(inputs, streams, settings) if "-" not in inputs else None
+        inputs, streams = stdin_ahead(inputs, streams)
+        if not inputs:
+            return ExitCode.SOME_INPUTS_FAILED  # stdin was all there was, and it was empty: said
+        scan = scan_named(inputs, streams, settings) if "-" not in inputs else None
         if scan is not None and not scan.images:
             if scan.elsewhere:
                 return _none_in_this_shard(settings, streams, quiet)
@@ -77,13 +81,14 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
         try:
             if scan is not None:
                 scan.tell(reporter.warn)
-            explainer = _explainer(settings, reporter, stops)
-            if reporter.progress:
-                reporter.progress.loaded()
-            for path in named_files(inputs, settings.outputs.output_dir):  # known before any output is written
-                explainer.namer.protect(path)
-            sources = _sources(inputs, streams, settings, notice=None if scan else reporter.warn)
-            summary = _stream(explainer, stops, sources, reporter, streams, quiet)
+            with notices_to(reporter.warn, as_flag):  # the library's fallbacks, above the progress line
+                explainer = _explainer(settings, reporter, stops)
+                if reporter.progress:
+                    reporter.progress.loaded()
+                for path in named_files(inputs, settings.outputs.output_dir):  # known before any output is written
+                    explainer.namer.protect(path)
+                found = input_sources(inputs, streams, settings, notice=None if scan else reporter.warn)
+                summary = _stream(explainer, stops, found, reporter, streams, quiet)
         finally:
             reporter.close()
     return _finish(summary, settings, streams, quiet)
@@ -160,74 +165,6 @@ def build_report_for(output_dir: Path, reporter: Reporter | Streams, quiet: bool
         reporter.warn(f"report: {index}")
 
 
-def _check_truth_file(settings: ExplainSettings) -> None:
-    """A --truth file that is not there fails before the model loads, not after."""
-    truth = settings.inputs.truth
-    if truth is not None and not truth.is_file():
-        raise UsageError(f"⟨truth={truth}⟩: no such file; give a CSV file of `path,class` rows")
-
-
-def _sources(inputs: list[str], streams: Streams, settings: ExplainSettings, notice: Any, every: bool = False) -> Iterator[Any]:
-    """The inputs this process explains: all of them, or with a shard its share (`every`: all the same)."""
-    from gradcam_cli.inputs.shards import shard_of
-    from gradcam_cli.inputs.sources import iter_sources
-
-    sources = iter_sources(inputs, streams.stdin, settings.inputs.recursive, skip=settings.outputs.output_dir, notice=notice)
-    shard = None if every else shard_of(settings)
-    return sources if shard is None else (source for source in sources if shard.owns(source))
-
-
-@dataclass
-class _Scan:
-    """The named inputs expanded once, before the model loads."""
-
-    total: int = 0  # sources, failed ones included: the records the run will give
-    failed: int = 0
-    elsewhere: int = 0  # sources that are another shard's
-    problems: list[Any] = field(default_factory=list)  # in input order: error sources, and lines about empty inputs
-    notices: dict[str, None] = field(default_factory=dict)  # the scanner's remarks, each said once
-
-    @property
-    def images(self) -> int:
-        return self.total - self.failed
-
-    def note(self, message: str) -> None:
-        self.notices.setdefault(message, None)
-
-    def tell(self, warn: Any, failed: Any = None) -> None:
-        """The scanner's remarks, then the problems in input order: the empty inputs as lines, the
-        error sources to `failed` (None before a run: the run gives them their records)."""
-        for message in self.notices:
-            warn(message)
-        for problem in self.problems:
-            if isinstance(problem, str):
-                warn(problem)
-            elif failed is not None:
-                failed(problem)
-
-
-def _scan_named(inputs: list[str], streams: Streams, settings: ExplainSettings) -> _Scan:
-    """Count what the named files, folders and globs hold: the progress bar's total, and an early no (a folder scan is cheap)."""
-    from gradcam_cli.inputs.shards import shard_of
-
-    scan, shard = _Scan(), shard_of(settings)
-    for text in inputs:
-        count = 0
-        for source in _sources([text], streams, settings, notice=scan.note, every=True):
-            count += 1
-            if shard is not None and not shard.owns(source):
-                scan.elsewhere += 1
-                continue
-            scan.total += 1
-            if source.error:
-                scan.failed += 1
-                scan.problems.append(source)
-        if not count:
-            kind = "in this folder" if Path(text).is_dir() else "matches"
-            scan.problems.append(f"{printable(text)}: no image file {kind}")
-    return scan
-
-
 def _none_in_this_shard(settings: ExplainSettings, streams: Streams, quiet: bool) -> int:
     """A shard that none of the inputs fell to has done its part: it says so, and succeeds."""
     from gradcam_cli.inputs.shards import shard_of
@@ -239,7 +176,7 @@ def _none_in_this_shard(settings: ExplainSettings, streams: Streams, quiet: bool
     return ExitCode.OK
 
 
-def _nothing_to_explain(scan: _Scan, reporter: Reporter) -> int:
+def _nothing_to_explain(scan: Scan, reporter: Reporter) -> int:
     """No named input holds an image: each says why at once and the model is not loaded.
 
     Exit 1, as the same run gives after loading when every input fails: the

@@ -13,6 +13,7 @@ from gradcam_cli.errors import ExitCode
 from gradcam_cli.cli.options import parameter
 from gradcam_cli.option_table import BY_NAME, in_flags
 from gradcam_cli.values import parse_input_size, parse_kwarg
+from gradcam_cli.vocab import METHOD_NOTES
 
 LAYERS_TABLE_OPTIONS = ("model_kwargs", "input_size")  # what builds and probes the model as explain would
 
@@ -62,12 +63,10 @@ def _layer_line(row: Any, as_json: bool) -> str:
 
 
 def methods(ctx: typer.Context) -> int:
-    """List the CAM methods: what each is good for and what it costs."""
-    from gradcam_cli.cams.methods import METHODS
-
-    width = max(len(name) for name in METHODS)
-    for method in METHODS.values():
-        write_line(command_streams(ctx).stdout, f"{method.name:<{width}}  {in_flags(method.summary)} [{method.passes}]")
+    """List the CAM methods: what each is good for and what it costs (their notes are torch-free: as fast as --help)."""
+    width = max(len(method.value) for method in METHOD_NOTES)
+    for method, note in METHOD_NOTES.items():
+        write_line(command_streams(ctx).stdout, f"{method.value:<{width}}  {in_flags(note.summary)} [{note.passes}]")
     return ExitCode.OK
 
 

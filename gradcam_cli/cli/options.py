@@ -7,7 +7,6 @@ table's, so they cannot drift apart between commands.
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from typing import Annotated, Any
 
@@ -15,7 +14,7 @@ import typer
 
 from gradcam_cli.errors import GradcamError, UsageError, printable
 from gradcam_cli.option_table import Option
-from gradcam_cli.vocab import Method, values
+from gradcam_cli.vocab import Method, closest, values
 
 
 def parameter(option: Option) -> inspect.Parameter:
@@ -41,8 +40,8 @@ class _UnknownChoice(GradcamError):
 
 
 def _unknown_choice(option: str, value: str, names: list[str]) -> GradcamError:
-    close = difflib.get_close_matches(value, names, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    close = closest(value, names)
+    hint = f" (did you mean '{close}'?)" if close else ""
     return _UnknownChoice(f"{option} '{value}' is unknown; use one of {', '.join(names)}{hint}")
 
 
@@ -70,8 +69,8 @@ def parse_names(text: str, flag: str, known: list[str]) -> list[str]:
     names = [part.strip().lower() for part in text.split(",")]
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            close = closest(name, known)
+            hint = f" (did you mean '{close}'?)" if close else ""
             raise UsageError(f"{flag} '{printable(name)}' is unknown; use some of {', '.join(known)}, comma-separated{hint}")
     return list(dict.fromkeys(names))
 

@@ -114,7 +114,7 @@ class LayerRecorder:
         if missing and self.strict:
             raise LayerError(
                 f"layer '{missing[0]}' never ran in the forward pass of {self.model_name} "
-                "(it is defined but unused); pick another with: gradcam layers MODEL"
+                f"(it is defined but unused); pick another with: gradcam layers {self.model_name}"
             )
         return logits
 

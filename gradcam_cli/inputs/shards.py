@@ -16,7 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.errors import UsageError, cut, printable
+from gradcam_cli.values import numeral
 
 if TYPE_CHECKING:
     from gradcam_cli.inputs.sources import Source
@@ -57,15 +58,22 @@ def launched(env: Mapping[str, str]) -> tuple[str, int, int, int | None] | None:
     for name, rank_key, count_key, local_key in LAUNCHERS:
         if rank_key not in env or count_key not in env:
             continue
-        try:
-            rank, count = int(env[rank_key]), int(env[count_key])
-            local = int(env[local_key]) if env.get(local_key, "").strip() else None
-        except ValueError:
-            raise UsageError(f"{name}'s {rank_key}={env[rank_key]!r} and {count_key}={env[count_key]!r} are not numbers") from None
+        rank, count = _number(name, rank_key, env), _number(name, count_key, env)
+        local = _number(name, local_key, env) if env.get(local_key, "").strip() else None
         if not 0 <= rank < count:
             raise UsageError(f"{name}'s {rank_key}={rank} is not below {count_key}={count}")
         return (name, rank, count, local) if count > 1 else None
     return None
+
+
+def _number(launcher: str, key: str, env: Mapping[str, str]) -> int:
+    """One of the launcher's variables as a number, or one line naming the variable that is not one."""
+    accepted = f"{launcher} sets it to a process number (0, 1, 2 ...); unset it or give one"
+    where = f"{launcher}'s {key}='{cut(printable(env[key]), 40)}'"
+    found = numeral(env[key], where, accepted)
+    if found is None:
+        raise UsageError(f"{where} is not a number; {accepted}")
+    return found
 
 
 def with_launcher(settings: ExplainSettings, env: Mapping[str, str]) -> ExplainSettings:

@@ -138,13 +138,15 @@ class SourceScanner:
         yield Source(path, output_relative(path))
 
     def _glob(self, pattern: str) -> Iterator[Source]:
-        matches = sorted(glob.iglob(pattern, recursive=True))
-        if not matches:
-            yield _error(Path(pattern), f"{shown(pattern)}: the pattern matches no file")
-        for match in matches:
+        """The files a pattern matches, in order; one that matches none (or only folders) is an error source."""
+        files = 0
+        for match in sorted(glob.iglob(pattern, recursive=True)):
             status = _stat(Path(match))
             if status is not None and not stat.S_ISDIR(status.st_mode):
+                files += 1
                 yield from self._file(Path(match))
+        if not files:
+            yield _error(Path(pattern), f"{shown(pattern)}: the pattern matches no file")
 
     def _is_own_output(self, path: Path) -> bool:
         """An overlay this tool wrote into the output folder is never read back as an input."""
@@ -161,9 +163,19 @@ class SourceScanner:
         """Image files of a folder in sorted order; symlinked folders are not followed (no loops).
 
         The output folder is skipped when it lies inside the scanned folder. A
-        folder that cannot be read is an error source, never a silent gap;
-        sub-folders left out without -r are counted and said once.
+        folder that cannot be read is an error source, never a silent gap, and
+        so is a folder that holds no image file (as a missing file and a
+        pattern that matches none are); sub-folders left out without -r are
+        counted and said once.
         """
+        given = 0
+        for source in self._folder_files(folder):
+            given += 1
+            yield source
+        if not given:
+            yield _error(folder, f"{shown(str(folder))}: no image file in this folder")
+
+    def _folder_files(self, folder: Path) -> Iterator[Source]:
         unreadable: list[OSError] = []
         skip = self.output_dir if self.output_dir is not None and self._strictly_inside(self.output_dir, folder) else None
         for root, dirs, files in os.walk(folder, onerror=unreadable.append, followlinks=False):
@@ -207,6 +219,36 @@ class SourceScanner:
                 yield from self.expand(line)
             else:
                 yield _error(Path(f"stdin line {line_number}"), line.message)
+
+
+def read_ahead(stream: TextIO | BinaryIO) -> tuple[ReadAhead, bool]:
+    """Wait for stdin's first path (or its end) before the model loads: (a stream that gives every line again,
+    whether stdin holds any path). An empty stdin is then said at once, not after the model is built."""
+    raw = getattr(stream, "buffer", stream)
+    blank: str | bytes = ""
+    count = 0  # blank lines before the first path: counted, not kept, so their numbers stay right
+    while True:
+        line = raw.readline(PATH_MAX + 1)
+        text = line if isinstance(line, str) else os.fsdecode(line)
+        if not line or text.lstrip("\ufeff").strip():
+            return ReadAhead(raw, blank, count, line), bool(line)
+        blank, count = line, count + 1
+
+
+class ReadAhead:
+    """A stream whose first lines were read ahead: they come again, then the rest as it comes."""
+
+    def __init__(self, raw: TextIO | BinaryIO, blank: str | bytes, count: int, first: str | bytes) -> None:
+        self._raw, self._blank, self._count, self._first = raw, blank, count, first
+
+    def readline(self, limit: int = -1) -> str | bytes:
+        if self._count:
+            self._count -= 1
+            return self._blank
+        if self._first:
+            first, self._first = self._first, self._first[:0]
+            return first
+        return self._raw.readline(limit)
 
 
 @dataclass(frozen=True)

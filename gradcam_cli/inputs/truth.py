@@ -12,15 +12,18 @@ layout).
 from __future__ import annotations
 
 import csv
-import re
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.errors import UsageError, one_line
 from gradcam_cli.inputs.paths_table import PathTable
+from gradcam_cli.values import ClassIndex, class_index, normalised
 
 UNKNOWN_SHOWN = 5  # class names of a truth file the model does not know, named in the warning
+
+__all__ = ["ClassIndex", "GroundTruth", "Truth", "load_ground_truth", "read_truth_file"]  # ClassIndex: values.py's
 
 
 @dataclass(frozen=True)
@@ -31,40 +34,10 @@ class Truth:
     index: int | None
 
 
-def normalised(name: str) -> str:
-    """A class name as folder names and CSV files spell it: case, `_`, `-` and repeated spaces do not matter."""
-    return re.sub(r"[\s_\-]+", " ", name).strip().casefold()
-
-
-class ClassIndex:
-    """The model's classes by every spelling that names one: the full name, each comma-separated synonym, an alias."""
-
-    def __init__(self, class_names: Sequence[str] | None, aliases: Sequence[str] | None = None) -> None:
-        self.names = list(class_names or [])
-        self._by_spelling: dict[str, int] = {}
-        for index, name in enumerate(self.names):
-            self._add(name, index)
-        for index, name in enumerate(self.names):  # "tabby, tabby cat": each synonym names it, unless a full name does
-            for part in name.split(","):
-                self._add(part, index)
-        for index, alias in enumerate(aliases or []):
-            self._add(alias, index)
-
-    def _add(self, spelling: str, index: int) -> None:
-        key = normalised(spelling)
-        if key:
-            self._by_spelling.setdefault(key, index)
-
-    def find(self, spelling: str) -> int | None:
-        """The class a name (or an index written as digits) means, or None."""
-        index = self._by_spelling.get(normalised(spelling))
-        if index is None and spelling.strip().isdigit() and int(spelling) < len(self.names):
-            index = int(spelling)
-        return index
-
-    def truth(self, spelling: str) -> Truth:
-        index = self.find(spelling)
-        return Truth(self.names[index] if index is not None else spelling.strip(), index)
+def truth_of(classes: ClassIndex, spelling: str, what: str = "class") -> Truth:
+    """The truth a class spelling gives: the model's name for it when it has the class, else the spelling."""
+    index = classes.find(spelling, what)
+    return Truth(classes.names[index] if index is not None else spelling.strip(), index)
 
 
 @dataclass
@@ -72,6 +45,7 @@ class TruthTable(PathTable[Truth]):
     """A truth file's rows, found by input path as inputs/paths_table.py matches them, and the classes the model lacks."""
 
     unknown: list[str] = field(default_factory=list)  # true classes the model does not have
+    disagree: list[str] = field(default_factory=list)  # a path's later rows that name another class (the first counts)
 
 
 class GroundTruth:
@@ -95,19 +69,43 @@ def read_truth_file(path: Path, classes: ClassIndex) -> TruthTable:
 
     A relative path in the file is taken from the file's own folder and, as
     well, from the current one, so both habits work; a bare file name (Kaggle's
-    `id,label`) matches an input of that name when no other row has it.
+    `id,label`) matches an input of that name when no other row has it. Where
+    rows disagree on one path, the first counts and the table says which.
     """
     table = TruthTable()
     unknown: dict[str, None] = {}
-    for number, row in enumerate(_csv_rows(path), start=1):
-        if len(row) < 2 or not row[0].strip() or not row[1].strip():
-            raise UsageError(f"⟨truth={path}⟩ row {number}: expected `path,class`, got {','.join(row)!r}")
-        truth = classes.truth(row[1])
+    first: dict[str, tuple[int, Truth]] = {}
+    for number, written, spelling in truth_rows(path):
+        truth = truth_of(classes, spelling)
+        earlier = first.setdefault(os.path.normpath(written), (number, truth))
+        if earlier[0] != number:
+            if not _same_class(earlier[1], truth):
+                table.disagree.append(f"{written}: row {earlier[0]} says '{earlier[1].name}', row {number} '{truth.name}'")
+            continue
         if truth.index is None:
             unknown.setdefault(truth.name, None)
-        table.add(row[0].strip(), truth, (path.parent, Path.cwd()))
+        table.add(written, truth, (path.parent, Path.cwd()))
     table.unknown = list(unknown)
     return table
+
+
+def truth_rows(path: Path) -> list[tuple[int, str, str]]:
+    """(row number, path, class) of each row, checked as far as it can be without the model: the CLI reads them
+    before the model loads, so a file that is not a truth file is one line at once."""
+    rows = []
+    for number, row in enumerate(_csv_rows(path), start=1):
+        if len(row) < 2 or not row[0].strip() or not row[1].strip():
+            raise UsageError(f"⟨truth={path}⟩ row {number}: expected `path,class`, got {one_line(','.join(row), 60)!r}")
+        class_index(row[1], f"⟨truth={path}⟩ row {number}")
+        rows.append((number, row[0].strip(), row[1].strip()))
+    return rows
+
+
+def _same_class(one: Truth, other: Truth) -> bool:
+    """Two rows' truths name one class: the same index, or (the model lacking both) the same spelling."""
+    if one.index is not None or other.index is not None:
+        return one.index == other.index
+    return normalised(one.name) == normalised(other.name)
 
 
 def _csv_rows(path: Path) -> list[list[str]]:
@@ -118,7 +116,7 @@ def _csv_rows(path: Path) -> list[list[str]]:
     except FileNotFoundError:
         raise UsageError(f"⟨truth={path}⟩: no such file; give a CSV file of `path,class` rows") from None
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise UsageError(f"⟨truth={path}⟩: cannot read it as CSV text ({error})") from None
+        raise UsageError(f"⟨truth={path}⟩: cannot read it as CSV text ({one_line(error, 120)})") from error
     if rows and [cell.strip().lower() for cell in rows[0][:2]] in (["path", "class"], ["path", "label"], ["file", "class"]):
         rows = rows[1:]
     if not rows:
@@ -142,4 +140,7 @@ def load_ground_truth(
         shown = ", ".join(unknown[:UNKNOWN_SHOWN]) + (f" and {len(unknown) - UNKNOWN_SHOWN} more" if len(unknown) > UNKNOWN_SHOWN else "")
         known = "the model has no class names; give them with ⟨labels⟩" if not classes.names else "those images count as wrong"
         warn(f"{truth_file}: {len(unknown)} true class(es) the model does not know ({shown}); {known}")
+    if table.disagree:
+        more = f" and {len(table.disagree) - 1} more" if len(table.disagree) > 1 else ""
+        warn(f"{truth_file}: rows disagree on an image's class ({one_line(table.disagree[0], 120)}{more}); the first row counts")
     return GroundTruth(classes, table)

@@ -7,6 +7,8 @@ before a head is built to fit it.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +17,21 @@ from gradcam_cli.errors import ModelError, one_line
 import torch
 from torch import nn
 
-WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network")
+WRAPPER_KEYS = ("state_dict", "model_state_dict", "model", "module", "net", "network", "model_dict")
+SAID_WRAPPER_KEYS = ("model_dict",)  # DomainBed's: a checkpoint of arguments, hyperparameters and the weights
 EMA_KEYS = ("state_dict_ema", "model_ema", "ema_state_dict", "ema")  # timm's train.py, and common hand-written names
 STRIPPED_PREFIXES = ("module.", "_orig_mod.")
 PREFIX_DEPTH = 2  # a training wrapper's prefix is one or two names deep (`model.`, `model.backbone.`)
 
 
-def read_state_dict(path: Path, ema: bool = False) -> dict[str, torch.Tensor]:
+def read_state_dict(path: Path, ema: bool = False, notice: Callable[[str], None] | None = None) -> dict[str, torch.Tensor]:
     """Tensors only: safetensors, or a torch file loaded with weights_only (never unpickles code); `ema`: the
-    exponential moving average of the weights that training kept beside them, instead of the weights."""
+    exponential moving average of the weights that training kept beside them, instead of the weights. `notice`
+    hears where in a training checkpoint the weights were found (DomainBed's `model_dict`)."""
     if not path.is_file():
         raise ModelError(f"⟨weights={path}⟩: no such file")
     if path.suffix != ".safetensors":
+        _check_kind(path)
         _check_archive_sizes(path)
     try:
         if path.suffix == ".safetensors":
@@ -36,14 +41,60 @@ def read_state_dict(path: Path, ema: bool = False) -> dict[str, torch.Tensor]:
         else:
             raw = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - every failure here means the same to the user
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ModelError(
-            f"⟨weights={path}⟩: not a loadable tensor checkpoint ({first[:200]}); "
+            f"⟨weights={path}⟩: not a loadable tensor checkpoint ({_load_failure(error)}); "
             "give a .safetensors file or a .pth/.pt state dict (code inside pickles is never run)"
-        ) from None
+        ) from error  # the library's own error stays the cause: --debug shows it
     if ema:
         raw = _ema_weights(raw, path)
-    return _unwrap_state_dict(raw, path)
+    return _unwrap_state_dict(raw, path, notice or (lambda _m: None))
+
+
+# What a file that is no torch checkpoint starts with, said instead of torch's unpickler error (a bare "101").
+FILE_KINDS = (
+    (b"\x89PNG", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"GIF8", "a GIF image"),
+    (b"BM", "a BMP image"),
+    (b"%PDF", "a PDF document"),
+    (b"\x1f\x8b", "a gzip archive (unpack it first)"),
+    (b"\x93NUMPY", "a NumPy array file"),
+    (b"\x89HDF", "an HDF5 file (Keras?), not a PyTorch checkpoint"),
+)
+TORCH_STARTS = (b"PK\x03\x04", b"\x80")  # torch.save's zip archive; the legacy format's pickle (protocol 2+)
+
+
+def _check_kind(path: Path) -> None:
+    """A file that cannot be a torch checkpoint is named for what it is, before torch reads a byte of it."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(512)
+    except OSError as error:
+        raise ModelError(f"⟨weights={path}⟩: cannot read it ({error.strerror or error})") from error
+    if head.startswith(TORCH_STARTS):
+        return
+    if len(head) >= 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < (100 << 20):
+        what = "a safetensors file under another name; name it .safetensors"
+    elif not head:
+        what = "an empty file, 0 bytes"
+    else:
+        what = next((kind for start, kind in FILE_KINDS if head.startswith(start)), None) or (
+            "a text file" if all(32 <= byte < 127 or byte in (9, 10, 13) for byte in head) else "not a torch checkpoint"
+        )
+    raise ModelError(f"⟨weights={path}⟩: not a loadable tensor checkpoint ({what}); give a .safetensors file or a .pth/.pt state dict")
+
+
+def _load_failure(error: BaseException) -> str:
+    """What went wrong, in words: torch's weights-only refusal names what it would have to import; an error
+    without words (a KeyError's bare "101") says the file is damaged."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()  # torch colours a word of its refusal
+    found = re.search(r"Unsupported global: GLOBAL (\S+)", text) or re.search(r"WeightsUnpickler error: *(\S.*)", text)
+    if found:
+        return f"it pickles more than tensors: {one_line(found.group(1), 100)}"
+    first = text.splitlines()[0] if text else ""
+    if len([word for word in first.split() if word.isalpha()]) < 2:
+        return f"damaged or truncated: {type(error).__name__} {one_line(first, 40)}".strip()
+    return one_line(first, 200)
 
 
 def _ema_weights(raw: Any, path: Path) -> Any:
@@ -90,15 +141,22 @@ def _bytes(count: int) -> str:
     return f"{count} bytes"
 
 
-def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, torch.Tensor]:
-    """Training scripts wrap the weights ({'state_dict': ...}, DataParallel's module.): take them out."""
+def _unwrap_state_dict(raw: Any, path: Path, notice: Callable[[str], None]) -> dict[str, torch.Tensor]:
+    """Training scripts wrap the weights ({'state_dict': ...}, DataParallel's module.): take them out.
+
+    DomainBed keeps its algorithm's state dict under `model_dict`, beside its
+    arguments and hyperparameters: that one is said, being less common.
+    """
+    top = raw
     while isinstance(raw, dict):
-        inner = next((raw[k] for k in WRAPPER_KEYS if isinstance(raw.get(k), dict)), None)
-        if inner is None:
+        key = next((k for k in WRAPPER_KEYS if isinstance(raw.get(k), dict)), None)
+        if key is None:
             break
-        raw = inner
+        if key in SAID_WRAPPER_KEYS:
+            notice(f"⟨weights={path}⟩: the weights are under '{key}' (a training checkpoint's), taken from there")
+        raw = raw[key]
     if not isinstance(raw, dict) or not raw or not all(isinstance(v, torch.Tensor) for v in raw.values()):
-        raise ModelError(f"⟨weights={path}⟩: holds no state dict of tensors")
+        raise ModelError(f"⟨weights={path}⟩: holds no state dict of tensors ({_what_it_holds(top)})")
     state = {}
     for key, value in raw.items():
         for prefix in STRIPPED_PREFIXES:
@@ -106,6 +164,17 @@ def _unwrap_state_dict(raw: Any, path: Path) -> dict[str, torch.Tensor]:
                 key = key[len(prefix) :]
         state[key] = value
     return state
+
+
+def _what_it_holds(raw: Any) -> str:
+    """The top-level keys of a checkpoint without a state dict, so the user sees where the weights might be."""
+    if not isinstance(raw, dict):
+        return f"it holds a {type(raw).__name__}"
+    if not raw:
+        return "it is an empty mapping"
+    keys = [one_line(key, 30) for key in list(raw)[:8]]
+    more = f" and {len(raw) - 8} more" if len(raw) > 8 else ""
+    return f"its top-level keys: {', '.join(keys)}{more}"
 
 
 def fit_prefix(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> tuple[dict[str, torch.Tensor], str | None]:

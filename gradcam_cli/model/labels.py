@@ -15,7 +15,7 @@ def read_labels(path: Path) -> list[str]:
     try:
         lines = path.read_text(encoding="utf-8-sig").replace("\ufeff", "").splitlines()
     except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"⟨labels={path}⟩: cannot read it as UTF-8 text ({short(error)})") from None
+        raise UsageError(f"⟨labels={path}⟩: cannot read it as UTF-8 text ({short(error)})") from error
     while lines and not lines[-1].strip():
         lines.pop()
     if not lines:

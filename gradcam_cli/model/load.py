@@ -92,7 +92,7 @@ def build_model(
         except GradcamError:
             raise
         except Exception as error:  # noqa: BLE001 - the libraries fail in many ways; the user gets one line
-            raise build_error(label, downloads, error, unreachable) from None
+            raise build_error(label, downloads, error, unreachable) from error  # the cause stays for --debug
 
 
 def load_model(
@@ -114,9 +114,9 @@ def load_model(
     scores (model/outputs.py has the rule without it).
     """
     label_names = read_labels(labels) if labels is not None else None
-    state = read_state_dict(weights, ema=ema) if weights is not None else None
-    model, source, arch = build_model(name, pretrained=pretrained and state is None, kwargs=kwargs)
     notices: list[str] = []
+    state = read_state_dict(weights, ema=ema, notice=notices.append) if weights is not None else None
+    model, source, arch = build_model(name, pretrained=pretrained and state is None, kwargs=kwargs)
     if state is not None:
         assert weights is not None
         state, fitted = fit_prefix(model, state, weights)

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 
 from typing import Any
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.errors import UsageError, notify
 from gradcam_cli.model.blocks import every_kth
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.model.downloads import hf_endpoint
-from gradcam_cli.model.messages import closest
+from gradcam_cli.model.messages import closest, short
 
 from torch import nn
 
@@ -57,13 +57,21 @@ class TimmHub:
         """('hf', hub endpoint) or ('url', download URL), as timm itself would choose; None: nothing to fetch."""
         if arch.startswith(HF_HUB_PREFIX):
             return "hf", hf_endpoint()
-        try:
-            from timm.models import get_pretrained_cfg
-            from timm.models._builder import _resolve_pretrained_source  # timm's own choice of source
+        from timm.models import get_pretrained_cfg
 
+        try:
             cfg = get_pretrained_cfg(arch)
+        except RuntimeError:  # a tag timm does not have: the build names it, in its one line
+            return None
+        try:
+            from timm.models._builder import _resolve_pretrained_source  # timm's own choice of source, a private one
+
             kind, location = _resolve_pretrained_source(cfg.to_dict()) if cfg is not None else ("", "")
-        except Exception:  # noqa: BLE001 - a bad tag or another timm version: the build itself reports
+        except Exception as error:  # noqa: BLE001 - another timm version: build without the probe, and say so
+            notify(
+                f"{arch}: this timm does not say where its pretrained weights live ({short(error, 80)}); "
+                "the hub is not probed first, so without a network the download may take a minute to fail"
+            )
             return None
         if kind == "hf-hub":
             return "hf", hf_endpoint()

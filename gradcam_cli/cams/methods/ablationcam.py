@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 @register_method(
     "ablationcam",
-    summary="weights = relative score drop when each channel is zeroed; gradient-free",
-    passes="1 forward + C ablated forwards per image (C = the layer's channels)",
     kind=MethodKind.PERTURBATION,
 )
 def ablationcam(probe: LayerProbe) -> torch.Tensor:

@@ -7,7 +7,6 @@ The command line checks method names against `vocab.Method`, never by importing 
 
 from __future__ import annotations
 
-import difflib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from gradcam_cli.errors import UsageError
-from gradcam_cli.vocab import Method
+from gradcam_cli.vocab import METHOD_NOTES, Method, closest
 
 import torch
 
@@ -98,13 +97,15 @@ METHODS: dict[str, CamMethod] = {}
 Function = TypeVar("Function", bound=Callable[..., Any])
 
 
-def register_method(name: str, *, summary: str, passes: str, **flags: Any) -> Callable[[Function], Function]:
-    """Decorator: add a CAM function to the registry under its CLI name (flags: kind, projection, guided)."""
+def register_method(name: str, **flags: Any) -> Callable[[Function], Function]:
+    """Decorator: add a CAM function to the registry under its CLI name (flags: kind, projection, guided); what
+    `gradcam methods` says of it is its note in vocab.METHOD_NOTES, written there once, torch-free."""
 
     def add(function: Function) -> Function:
         if name in METHODS or name not in {m.value for m in Method}:
             raise TypeError(f"CAM method '{name}': registered twice, or not in vocab.Method")
-        method = CamMethod(name=name, summary=summary, passes=passes, compute=function, **flags)
+        note = METHOD_NOTES[Method(name)]
+        method = CamMethod(name=name, summary=note.summary, passes=note.passes, compute=function, **flags)
         wanted = ARITY[method.kind]
         if len(inspect.signature(function).parameters) != wanted:
             raise TypeError(f"CAM method '{name}' ({method.kind.value}) must take {wanted} positional argument(s)")
@@ -118,8 +119,8 @@ def get_method(name: str) -> CamMethod:
     key = name.strip().lower()
     if key in METHODS:
         return METHODS[key]
-    close = difflib.get_close_matches(key, list(METHODS), n=1, cutoff=0.5)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    close = closest(key, list(METHODS))
+    hint = f" (did you mean '{close}'?)" if close else ""
     raise UsageError(f"unknown ⟨method⟩ '{name}'{hint}; available: {', '.join(METHODS)}")
 
 

@@ -16,8 +16,6 @@ import torch
 
 @register_method(
     "eigencam",
-    summary="first principal component of the activations; class-agnostic, no gradients",
-    passes="1 forward without a graph, 1 reduced SVD per image",
     kind=MethodKind.ACTIVATION,
     projection=True,
 )

@@ -15,8 +15,6 @@ import torch
 
 @register_method(
     "eigengradcam",
-    summary="first principal component of gradient x activation; smooth, less noisy maps",
-    passes="1 forward + 1 backward to the layer, 1 reduced SVD per image",
     projection=True,
 )
 def eigengradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:

@@ -83,8 +83,6 @@ def _parts(net: NetworkGradients) -> list[torch.Tensor]:
 
 @register_method(
     "fullgrad",
-    summary="input gradient + bias gradients of every conv/batch-norm layer; whole-network, ignores ⟨layers⟩",
-    passes="1 forward + 1 backward to the input",
     kind=MethodKind.NETWORK,
     network_layers=bias_layers,
 )

@@ -12,11 +12,7 @@ from gradcam_cli.cams.methods.base import register_method
 import torch
 
 
-@register_method(
-    "gradcam",
-    summary="channel weights = mean gradient; the classic, robust default",
-    passes="1 forward + 1 backward to the layer",
-)
+@register_method("gradcam")
 def gradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     weights = gradients.mean(dim=(2, 3), keepdim=True)
     return weights * activations

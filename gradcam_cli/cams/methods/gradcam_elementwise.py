@@ -14,10 +14,6 @@ from gradcam_cli.cams.methods.base import register_method
 import torch
 
 
-@register_method(
-    "gradcam-elementwise",
-    summary="ReLU(gradient x activation) element-wise, summed over channels",
-    passes="1 forward + 1 backward to the layer",
-)
+@register_method("gradcam-elementwise")
 def gradcam_elementwise(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     return (gradients * activations).clamp(min=0)

@@ -17,11 +17,7 @@ import torch
 EPS = 1e-6  # the reference's stabiliser in the alpha denominator
 
 
-@register_method(
-    "gradcam++",
-    summary="alpha-weighted positive gradients; better with several objects of a class",
-    passes="1 forward + 1 backward to the layer",
-)
+@register_method("gradcam++")
 def gradcam_plusplus(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
 
     g2 = gradients.pow(2)

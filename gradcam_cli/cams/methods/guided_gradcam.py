@@ -16,8 +16,6 @@ import torch
 
 @register_method(
     "guided-gradcam",
-    summary="Grad-CAM x guided backpropagation; pixel-sharp, class-discriminative detail",
-    passes="1 forward + 1 backward to the layer + 1 guided backward to the input",
     guided=True,
 )
 def guided_gradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:

@@ -13,10 +13,6 @@ from gradcam_cli.cams.methods.base import register_method
 import torch
 
 
-@register_method(
-    "hirescam",
-    summary="gradient x activation element-wise, summed over channels; faithful to the score",
-    passes="1 forward + 1 backward to the layer",
-)
+@register_method("hirescam")
 def hirescam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     return gradients * activations

@@ -13,10 +13,6 @@ from gradcam_cli.cams.methods.base import register_method
 import torch
 
 
-@register_method(
-    "layercam",
-    summary="ReLU(gradient) x activation element-wise; fine detail, good at shallow layers",
-    passes="1 forward + 1 backward to the layer",
-)
+@register_method("layercam")
 def layercam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     return gradients.clamp(min=0) * activations

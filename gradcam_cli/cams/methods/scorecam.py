@@ -23,8 +23,6 @@ MASK_EPS = 1e-8  # the reference's stabiliser in the per-channel min-max
 
 @register_method(
     "scorecam",
-    summary="weights = class score of the input masked by each channel; gradient-free, robust to saturation",
-    passes="1 forward + C masked forwards per image (C = the layer's channels)",
     kind=MethodKind.PERTURBATION,
 )
 def scorecam(probe: LayerProbe) -> torch.Tensor:

@@ -15,11 +15,7 @@ import torch
 EPS = 1e-7  # the reference's stabiliser for a channel that sums to zero
 
 
-@register_method(
-    "xgradcam",
-    summary="channel weights = activation-weighted mean gradient (sensitivity/conservation axioms)",
-    passes="1 forward + 1 backward to the layer",
-)
+@register_method("xgradcam")
 def xgradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
     channel_sums = activations.sum(dim=(2, 3), keepdim=True)
     weights = (gradients * activations / (channel_sums + EPS)).sum(dim=(2, 3), keepdim=True)
