@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeGuard, Union
 
 import numpy as np
 
@@ -167,7 +167,7 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _is_index(value: object) -> bool:
+def _is_index(value: object) -> TypeGuard[int | np.integer[Any]]:
     """An integer class index: Python's or numpy's, not a bool."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -325,7 +325,7 @@ def _as_choice(classes: int | Sequence[int] | None) -> TargetChoice:
     if classes is None:
         return TargetChoice()
     if _is_index(classes):
-        return TargetChoice(classes=(int(classes),))  # type: ignore[call-overload]
+        return TargetChoice(classes=(int(classes),))
     per_image = tuple(int(c) for c in _class_list(classes, names=False))
     return TargetChoice(classes=per_image, per_image=True)  # one per image: the engine checks the count
 
@@ -361,7 +361,7 @@ def _checked_call(x: object, method: object, grid: object) -> tuple[int, int] | 
         return parse_grid(grid)
     if grid is not None and not (isinstance(grid, Sequence) and len(grid) == 2 and all(_is_index(v) for v in grid)):
         raise UsageError(f"grid={one_line(repr(grid), 40)} is not (rows, columns) of the layer's tokens: give two ints or 'HxW'")
-    return None if grid is None else (int(grid[0]), int(grid[1]))  # type: ignore[index]
+    return None if grid is None else (int(grid[0]), int(grid[1]))
 
 
 def cam(

@@ -62,8 +62,8 @@ def user_place(error: BaseException) -> str:
     """
     frames = [f for f in _frames(error) if not _inside(_resolved(f.filename), _package())]
     own = [f for f in frames if not f.filename.startswith("<") and not any(_inside(_resolved(f.filename), lib) for lib in _libraries())]
-    frame = (own or frames or [None])[-1]
-    return f" ({Path(frame.filename).name}, line {frame.lineno})" if frame is not None else ""
+    found = own or frames
+    return f" ({Path(found[-1].filename).name}, line {found[-1].lineno})" if found else ""
 
 
 def fault_line(error: BaseException) -> str:
