@@ -13,14 +13,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeGuard, Union
 
 import numpy as np
 
-from gradcam_cli.cams.engine import compute_cams
+from gradcam_cli.cams.engine import compute_cams, model_lock
 from gradcam_cli.cams.methods import get_method
 from gradcam_cli.cams.targets import TargetChoice
-from gradcam_cli.errors import GradcamError, InputError, LayerError, UsageError, spelled
+from gradcam_cli.errors import GradcamError, InputError, LayerError, UsageError, one_line, spelled
 from gradcam_cli.geometry import Geometry, plan_geometry, to_input_array
 from gradcam_cli.inputs.decode import _pil_to_rgb, load_image
 from gradcam_cli.layers.defaults import default_layer_paths
@@ -37,7 +37,7 @@ from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.api_results import ClassMap, Explanation
 from gradcam_cli.settings import ExplainSettings, ModelSettings, build_settings
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS
-from gradcam_cli.values import checked_preprocessing
+from gradcam_cli.values import checked_preprocessing, parse_grid
 
 import torch
 from torch import nn
@@ -167,11 +167,32 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     return array
 
 
+def _is_index(value: object) -> TypeGuard[int | np.integer[Any]]:
+    """An integer class index: Python's or numpy's, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _class_list(classes: object, names: bool) -> list[Any]:
+    """`classes` as a list (one index, or name with `names`, or a sequence of them); anything else refused, saying what is taken."""
+    taken = (str,) if names else ()
+    given = [classes] if _is_index(classes) or isinstance(classes, taken) else classes
+    if isinstance(given, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(given, (str, bytes)):
+        items = given.tolist() if isinstance(given, (np.ndarray, torch.Tensor)) else list(given)
+        if items and all(_is_index(c) or isinstance(c, taken) for c in items):
+            return items
+    what = (
+        "None (the top class), a class index (int) or name (str), or a list of them"
+        if names
+        else "None (each image's top class), an int for every image, or a list of one int per image"
+    )
+    raise UsageError(f"classes={one_line(repr(classes), 40)} ({type(classes).__name__}) is not what classes takes: give {what}")
+
+
 def _settings(ready: ReadyModel, given: dict[str, Any]) -> ExplainSettings:
     """The options checked by the CLI's own option table (same defaults, same limits), with the model's settings."""
     classes, grid = given.pop("classes"), given.get("grid")
     if classes is not None:
-        given["classes"] = [str(c) for c in ([classes] if isinstance(classes, (str, int, np.integer)) else classes)]
+        given["classes"] = [str(c) for c in _class_list(classes, names=True)]
     if isinstance(grid, Sequence) and not isinstance(grid, str):
         given["grid"] = "x".join(str(int(v)) for v in grid)
     try:
@@ -284,9 +305,10 @@ def explain(
     ready = _ready(model)
     settings = _settings(ready, given)
     photo, name = _photo(image, settings.inputs.max_pixels)
-    run = _prepare(ready, settings, layers)
-    geometry = plan_geometry(photo.shape[:2], ready.data_config, crop=settings.inputs.crop)
-    cams = _compute(run, to_input_array(photo, geometry, ready.data_config))
+    with model_lock(ready.model):  # calls from several threads on one model take turns (placing it too)
+        run = _prepare(ready, settings, layers)
+        geometry = plan_geometry(photo.shape[:2], ready.data_config, crop=settings.inputs.crop)
+        cams = _compute(run, to_input_array(photo, geometry, ready.data_config))
     return _explanation(run, name, photo, geometry, cams)
 
 
@@ -302,9 +324,44 @@ def _as_resolved(model: nn.Module, layer: LayerSpec) -> ResolvedLayer:
 def _as_choice(classes: int | Sequence[int] | None) -> TargetChoice:
     if classes is None:
         return TargetChoice()
-    if isinstance(classes, int):
-        return TargetChoice(classes=(classes,))
-    return TargetChoice(classes=tuple(int(c) for c in classes), per_image=True)
+    if _is_index(classes):
+        return TargetChoice(classes=(int(classes),))
+    per_image = tuple(int(c) for c in _class_list(classes, names=False))
+    return TargetChoice(classes=per_image, per_image=True)  # one per image: the engine checks the count
+
+
+def _checked_model(model: object) -> None:
+    if not isinstance(model, nn.Module):
+        raise UsageError(
+            f"cam() takes a torch.nn.Module as model, not {type(model).__name__}",
+            hint="for a model name or an image file, call gradcam_cli.explain(image, name)",
+        )
+
+
+def _checked_call(x: object, method: object, grid: object) -> tuple[int, int] | None:
+    """cam()'s batch, method and grid of the types it takes (the grid as (rows, columns)), or a UsageError that says what it takes."""
+    if not isinstance(x, torch.Tensor):
+        raise UsageError(
+            f"cam() takes x as a torch.Tensor (N, C, H, W), not {type(x).__name__}",
+            hint="convert it: torch.from_numpy(array), or for an image file or array call gradcam_cli.explain()",
+        )
+    if x.dim() != 4:
+        shape = "x".join(map(str, x.shape)) or "a scalar"
+        raise UsageError(
+            f"cam() takes x as a batch (N, C, H, W); this tensor is {x.dim()}-D ({shape})",
+            hint="one image (C, H, W) is a batch of one: x[None]" if x.dim() == 3 else None,
+        )
+    if not x.is_floating_point():
+        raise UsageError(
+            f"cam() takes x as the model's floating-point input, not {x.dtype}", hint="preprocess it: x.float(), then normalise"
+        )
+    if not isinstance(method, str):
+        raise UsageError(f"method must be a method's name (str) such as 'gradcam', not {type(method).__name__}")
+    if isinstance(grid, str):
+        return parse_grid(grid)
+    if grid is not None and not (isinstance(grid, Sequence) and len(grid) == 2 and all(_is_index(v) for v in grid)):
+        raise UsageError(f"grid={one_line(repr(grid), 40)} is not (rows, columns) of the layer's tokens: give two ints or 'HxW'")
+    return None if grid is None else (int(grid[0]), int(grid[1]))
 
 
 def cam(
@@ -314,7 +371,7 @@ def cam(
     method: str = "gradcam",
     classes: int | Sequence[int] | None = None,
     *,
-    grid: tuple[int, int] | None = None,
+    grid: tuple[int, int] | str | None = None,
     eigen_smooth: bool = False,
     aug_smooth: bool = False,
     relu: bool = True,
@@ -328,12 +385,15 @@ def cam(
     `layers` are dotted paths (negative indices allowed) or modules of `model`; None takes the layer `gradcam explain`
     would (the family default, see `gradcam layers`); `classes` is None (each image's top class), one index for all,
     or one per image. The other options are those of `gradcam explain` (README). The model is left as it was found.
+    Calls from several threads on one model take turns. Arguments of another type raise a UsageError.
     """
+    _checked_model(model)
     if layers is None:
         layers = default_layer_paths(model)
     if isinstance(layers, str) or not isinstance(layers, Sequence):
         layers = [layers]
     resolved = [_as_resolved(model, layer) for layer in layers]
+    grid = _checked_call(x, method, grid)
     options = CamOptions(
         relu=relu,
         norm=member_of(Norm, "norm", norm),

@@ -53,6 +53,13 @@ class View:
                 x = canvas
         return x.flip(-1) if self.flip else x
 
+    @property
+    def label(self) -> str:
+        """How the view differs from the image, as the progress line says it."""
+        zoom = "" if self.scale == 1.0 else "zoomed in" if self.scale > 1 else "zoomed out"
+        words = [w for w in (zoom, "mirrored" if self.flip else "") if w]
+        return ", ".join(words) or "as given"
+
     def undo(self, maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Maps (N, K, H, W) of the view → maps of the original frame, and where they hold (H, W)."""
         h, w = maps.shape[-2:]
@@ -89,24 +96,31 @@ def _feathered(h: int, w: int, dtype: torch.dtype, device: torch.device) -> torc
 VIEWS = tuple(View(flip, scale) for scale in SCALES for flip in (False, True))
 
 
+def _named(view: View) -> str:
+    return f"view {VIEWS.index(view) + 1} of {len(VIEWS)} ({view.label})"
+
+
 def smoothed(
-    run: Callable[[torch.Tensor, TargetChoice | FixedTargets], CamBatch],
+    run: Callable[[torch.Tensor, TargetChoice | FixedTargets, str], CamBatch],
     x: torch.Tensor,
     targets: TargetChoice,
     options: CamOptions,
 ) -> CamBatch:
-    """The average of the maps of every view, renormalised; the rest from the unaugmented view."""
+    """The average of the maps of every view, renormalised; the rest from the unaugmented view.
+
+    `run(x, targets, view)` explains one view; `view` names it (`view 2 of 6 (mirrored)`) for the progress line.
+    """
     from dataclasses import replace
 
     from gradcam_cli.maps import normalise
 
-    first = run(x, targets)
+    first = run(x, targets, _named(VIEWS[0]))
     fixed = FixedTargets(first.targets)
     total = first.maps.float().clone()
     votes: torch.Tensor | float = 1.0
     finite = first.finite.clone()
     for view in VIEWS[1:]:
-        batch = run(view.apply(x), fixed)
+        batch = run(view.apply(x), fixed, _named(view))
         maps, covered = view.undo(batch.maps.float())
         total += maps * covered
         votes = votes + covered

@@ -9,6 +9,8 @@ and images so the Python API and the CLI share it.
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from collections.abc import Sequence
@@ -218,18 +220,50 @@ def compute_cams(
     grid: tuple[int, int] | None = None,
     model_name: str = "the model",
 ) -> CamBatch:
-    """Maps at the input tensor's size for each image and target rank."""
+    """Maps at the input tensor's size for each image and target rank; one call at a time per model (`model_lock`)."""
     options = options or CamOptions()
     hints = LayoutHints(num_prefix_tokens=num_prefix_tokens, grid=grid)
     job = _Job(model=model, x=x, layers=layers, method=method, targets=targets, options=options, hints=hints, model_name=model_name)
-    if options.aug_smooth:
-        from gradcam_cli.cams.augment import smoothed
+    with model_lock(model):
+        if options.aug_smooth:
+            from gradcam_cli.cams.augment import smoothed
 
-        return smoothed(lambda x_aug, choice: _run_once(job, x_aug, choice), x, targets, options)
-    return _run_once(job, x, targets)
+            return smoothed(lambda x_aug, choice, view: _run_once(_in_view(job, view), x_aug, choice), x, targets, options)
+        return _run_once(job, x, targets)
 
 
 def _run_once(job: _Job, x: torch.Tensor, targets: TargetChoice | FixedTargets) -> CamBatch:
     from dataclasses import replace
 
     return _RUNNERS[job.method.kind](replace(job, x=x, targets=targets))
+
+
+def _in_view(job: _Job, view: str) -> _Job:
+    """The job of one augmented view: its progress says which view the masked forwards are at."""
+    from dataclasses import replace
+
+    progress = job.options.progress
+    if progress is None:
+        return job
+
+    def report(what: str, done: int, total: int) -> None:
+        progress(f"{view}: {what}", done, total)
+
+    return replace(job, options=replace(job.options, progress=report))
+
+
+_LOCKS: weakref.WeakKeyDictionary[nn.Module, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+def model_lock(model: nn.Module) -> threading.RLock:
+    """The model's own lock: a pass sets its modes, hooks and `requires_grad` flags and restores them after.
+
+    Two passes on one model at once (threads of a Python caller) would see each other's hooks and restore
+    each other's flags; holding this lock makes them take turns. One lock per model object, dropped with it.
+    """
+    with _LOCKS_GUARD:
+        lock = _LOCKS.get(model)
+        if lock is None:
+            lock = _LOCKS[model] = threading.RLock()
+        return lock

@@ -3,8 +3,9 @@
 An exception raised from a signal handler can land inside a `with lock:`
 before its cleanup is in place and leave the lock held; the thread pool then
 waits on that lock for ever on the way out. So while images stream, a signal
-only records the request, and the engine stops at its next checkpoint
-(between images, between chunks of masked forwards). Where the wait may be
+only records the request and says at once on stderr that the run is stopping;
+the engine stops at its next checkpoint (between images, between chunks of
+masked forwards), still writing every image whose maps are done. Where the wait may be
 long and holds no lock of ours (loading the model, reading paths from stdin),
 it is raised at once. A second signal while one waits ends the process at
 once: every output name still holds a whole file (files are renamed into
@@ -25,6 +26,8 @@ from gradcam_cli.errors import ExitCode, Interrupted
 
 T = TypeVar("T")
 
+STOPPING_MESSAGE = "stopping ({signal}): the images whose maps are done are still written; {signal} again stops at once"
+
 INTERRUPTED_MESSAGE = "interrupted by {signal}; every file written is complete; re-run with --skip-existing to do the rest"
 HANDLED: dict[int, tuple[str, ExitCode]] = {
     signal.SIGINT: ("Ctrl-C", ExitCode.INTERRUPTED),
@@ -35,6 +38,20 @@ HANDLED: dict[int, tuple[str, ExitCode]] = {
 def interrupted(signum: int = signal.SIGINT) -> Interrupted:
     name, code = HANDLED.get(signum, HANDLED[signal.SIGINT])
     return Interrupted(INTERRUPTED_MESSAGE.format(signal=name), code)
+
+
+def _say_at_once(message: str) -> None:
+    """A line on stderr from the signal handler: one system call, no lock of Python's buffered streams.
+
+    The handler runs within moments of the signal, also in the middle of a long forward pass, so the user
+    hears at once that the run is stopping; the stop itself waits for the next checkpoint. On a terminal
+    the progress line is cleared first (it is drawn again below).
+    """
+    try:
+        clear = "\r\x1b[2K" if os.isatty(2) else ""
+        os.write(2, f"{clear}gradcam: {message}\n".encode())
+    except OSError:
+        pass  # no stderr to tell: the stop goes on all the same
 
 
 class StopRequests:
@@ -64,6 +81,7 @@ class StopRequests:
             error = interrupted(signum)
             os.write(sys.stderr.fileno(), f"gradcam: {error} (stopped at once: asked twice)\n".encode())
             os._exit(int(error.exit_code))
+        _say_at_once(STOPPING_MESSAGE.format(signal=HANDLED.get(signum, HANDLED[signal.SIGINT])[0]))
 
     def checkpoint(self) -> None:
         """Where the engine may stop: raise the request if one came."""

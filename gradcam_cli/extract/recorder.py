@@ -103,10 +103,14 @@ class LayerRecorder:
         return hook
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Run the model; the input requires grad only when its gradient is asked for."""
+        """Run the model on its own copy of the input; the input requires grad only when its gradient is asked for.
+
+        A forward that changes its input in place (`x.mul_(...)`) then changes neither the caller's tensor (which
+        the masked forwards and the augmented views are made from) nor the leaf the input gradient is taken at.
+        """
         self.outputs.clear()
         self.input = x.detach().requires_grad_(self.input_grad) if self.graph else x
-        logits = self.model(self.input)
+        logits = self.model(self.input.clone())
         logits = first_tensor(logits.logits if hasattr(logits, "logits") else logits)
         if logits is None or logits.dim() != 2:
             raise LayerError(f"{self.model_name} does not return class scores of shape (N, classes)")

@@ -20,13 +20,13 @@ import inspect
 import os
 import re
 import sys
-import traceback
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from gradcam_cli.errors import ModelError, UsageError, one_line, printable
+from gradcam_cli.errors import GradcamError, ModelError, UsageError, printable
+from gradcam_cli.model.faults import fault_line
 from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, DataConfig, default_input_hw
 
 from torch import nn
@@ -130,21 +130,14 @@ def _run_user_code(call: Any, doing: str, missing: str | None = None) -> Any:
     except ModuleNotFoundError as error:
         if missing is not None and error.name is not None and (missing == error.name or missing.startswith(error.name + ".")):
             raise  # the module named is not there (not one it imports)
-        raise ModelError(f"⟨model⟩: {doing} failed: {_where(error)}") from None
+        raise ModelError(f"⟨model⟩: {doing} failed: {fault_line(error)}") from None
     except SyntaxError as error:
         where = f"{Path(error.filename or '?').name}, line {error.lineno}" if error.lineno else "it"
         raise UsageError(f"⟨model⟩: {doing} failed: it is not valid Python ({where}: {error.msg})") from None
-    except (KeyboardInterrupt, SystemExit):
+    except (KeyboardInterrupt, GradcamError):  # Ctrl-C while it runs (a stop request) is no fault of the code
         raise
-    except BaseException as error:  # noqa: BLE001 - the user's code may raise anything; they get one line
-        raise ModelError(f"⟨model⟩: {doing} failed: {_where(error)}") from None
-
-
-def _where(error: BaseException) -> str:
-    """`ValueError: width must be even (net.py, line 12)`: the exception and the last frame of the user's code."""
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if "gradcam_cli" not in frame.filename]
-    place = f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
-    return f"{type(error).__name__}: {one_line(error, 160)}{place}"
+    except BaseException as error:  # noqa: BLE001 - the user's code may raise anything, sys.exit() too; they get one line
+        raise ModelError(f"⟨model⟩: {doing} failed: {fault_line(error)}") from None
 
 
 def _attribute(module: ModuleType, dotted: str, where: str) -> Any:

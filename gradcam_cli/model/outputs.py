@@ -20,7 +20,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradcam_cli.errors import ModelError, one_line
+from gradcam_cli.errors import GradcamError, ModelError, one_line
+from gradcam_cli.model.faults import fault_line
 
 PREFERRED_KEYS = ("logits", "out")
 
@@ -113,15 +114,24 @@ def _returns_tensor(model: nn.Module) -> bool:
 
 def probed_output(view: nn.Module, input_hw: tuple[int, int]) -> str | None:
     """One forward of a blank image through the view: the part of the output the scores came from (and a model
-    whose output holds no scores fails here, before any image is read)."""
+    whose output holds no scores, or whose forward raises, fails here in one line, before any image is read)."""
     if not getattr(view, "_gradcam_view", False):
         return None
     from gradcam_cli.model.state import eval_mode
 
     parameter = next(iter(view.parameters()), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
-    with eval_mode(view), torch.inference_mode():
-        scores = view(torch.zeros(1, 3, *input_hw, device=device))
+    try:
+        with eval_mode(view), torch.inference_mode():
+            scores = view(torch.zeros(1, 3, *input_hw, device=device))
+    except GradcamError:
+        raise
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - the user's forward may raise anything; one line naming their code
+        h, w = input_hw
+        raise ModelError(
+            f"⟨model⟩: its forward failed on a blank {h}x{w} image: {fault_line(error)}",
+            hint="fix the model's forward, or give the input size it takes with ⟨input_size⟩",
+        ) from None
     if scores.dim() != 2:
         key = view.__dict__.get("output_key")
         where = f"its {key!r}" if key is not None else "it"

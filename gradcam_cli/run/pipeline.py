@@ -10,13 +10,16 @@ any file is written.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePath
 
 import torch
 
+from gradcam_cli.cams.methods import MethodKind
 from gradcam_cli.errors import InputError, OutputError
 from gradcam_cli.geometry import plan_geometry, to_input_array
 from gradcam_cli.inputs.decode import load_image
@@ -52,13 +55,16 @@ class Explainer:
         self.settings = settings
         self.warn = lambda message: warn(in_flags(message))  # the engine serves the command line: its flags
         self.checkpoint = checkpoint  # raises when the run is asked to stop (Ctrl-C); called between images
-        self.prepared: PreparedRun = prepare_run(settings, warn=self.warn, progress=progress, checkpoint=checkpoint)
+        with model_prints_to_stderr():  # loading runs the user's code, and a forward to probe it
+            self.prepared: PreparedRun = prepare_run(settings, warn=self.warn, progress=progress, checkpoint=checkpoint)
         self.namer = _namer(self.prepared)
         names = self.prepared.loaded.class_names
         self.truth = load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn)
         self.summary = Summary()  # the counts of the last run: read them also when it was stopped part way
         self.workers = settings.run.workers or default_workers(self.prepared.device.type)
-        self.batcher = Batcher(self.compute, settings.run.batch_size, self.prepared.device, self.warn)  # compute: the seam tests replace
+        one_by_one = self.prepared.method.kind is MethodKind.PERTURBATION  # minutes per image: each written when done
+        # compute: the seam tests replace
+        self.batcher = Batcher(self.compute, settings.run.batch_size, self.prepared.device, self.warn, one_by_one=one_by_one)
         outputs = settings.outputs
         self.writer = ResultWriter(
             self.namer,
@@ -92,10 +98,15 @@ class Explainer:
         """Decode ahead and write behind in worker threads; the model runs in this one.
 
         Records come out in input order, each as soon as its files are written.
-        On an interruption or an output failure, images being written are
-        finished, queued work is dropped, and the records of what was written
-        still come out before the error goes up.
+        On an interruption or an output failure, every image whose maps are
+        done is still written, queued decoding is dropped, and the records of
+        what was written still come out before the error goes up. What the
+        model prints goes to stderr: stdout holds the records only.
         """
+        with model_prints_to_stderr():
+            return self._run(sources, emit)
+
+    def _run(self, sources: Iterable[Source], emit: Callable[[ImageRecord], None]) -> Summary:
         summary = self.summary = Summary()
 
         def report(record: ImageRecord) -> None:
@@ -109,17 +120,18 @@ class Explainer:
         window = 2 * self.settings.run.batch_size
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gradcam-io")
         writing = OrderedResults(limit=window)
+        decoded = ordered_map(pool, self._decode, self._named(sources), window)
         try:
-            decoded = ordered_map(pool, self._decode, self._named(sources), window)
             for batch in self.batcher.batches(decoded, self.checkpoint):
                 for future in self._explain_batch(batch, pool):
                     writing.add(future)
-                for record in writing.ready():
-                    report(record)  # type: ignore[arg-type]
+                    for record in writing.ready():
+                        report(record)  # type: ignore[arg-type]
             for record in writing.rest():
                 report(record)  # type: ignore[arg-type]
         except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)  # writes in progress complete; nothing new starts
+            decoded.close()  # the decoding queued ahead is dropped
+            pool.shutdown(wait=True)  # every image whose maps are done is written
             for record in writing.finished():
                 report(record)  # type: ignore[arg-type]
             raise
@@ -171,24 +183,22 @@ class Explainer:
 
     # ------------------------------------------------------------- one batch
 
-    def _explain_batch(self, batch: list[Item], pool: ThreadPoolExecutor) -> list[Future[ImageRecord]]:
-        """The maps of a batch computed here; each image's files written by the pool."""
+    def _explain_batch(self, batch: list[Item], pool: ThreadPoolExecutor) -> Iterator[Future[ImageRecord]]:
+        """The maps of a batch computed here; each image's files handed to the pool as soon as its maps are known."""
         ready = [item for item in batch if item.ready]
-        results = iter(self.batcher.maps(ready) if ready else [])
-        futures = []
+        results = self.batcher.maps(ready) if ready else iter([])
         for item in batch:
             if item.existing is not None:
-                futures.append(done(self.writer.skipped_record(item.source.path, [str(p) for p in item.existing])))
+                yield done(self.writer.skipped_record(item.source.path, [str(p) for p in item.existing]))
                 continue
             if item.error is None:
                 result = next(results)
                 if isinstance(result, str):
                     item.error = result
                 else:
-                    futures.append(pool.submit(self._finish_safely, item, *result))
+                    yield pool.submit(self._finish_safely, item, *result)
                     continue
-            futures.append(done(self.writer.error_record(item.source.path, item.error)))
-        return futures
+            yield done(self.writer.error_record(item.source.path, item.error))
 
     def _finish_safely(self, item: Item, cams: CamBatch, row: int) -> ImageRecord:
         """In a worker thread: this image's files and record; a failure becomes its error record.
@@ -210,6 +220,15 @@ class Explainer:
             return self.writer.error_record(item.source.path, f"{item.source.path}: {error.spelled(as_flag)}")
         finally:
             item.image = item.array = None
+
+
+def model_prints_to_stderr() -> contextlib.AbstractContextManager[object]:
+    """What the model's code prints goes to stderr, so stdout carries the records only (JSON Lines).
+
+    The console writes the records to the stream it was given at the start, not to `sys.stdout`,
+    so its own lines are unaffected; a progress line on a terminal (rich) still shows the prints above it.
+    """
+    return contextlib.redirect_stdout(sys.stderr)
 
 
 def _namer(run: PreparedRun) -> OutputNamer:

@@ -18,13 +18,15 @@ from gradcam_cli import __version__
 from gradcam_cli.cams.engine import compute_cams
 from gradcam_cli.cams.methods import CamMethod, MethodKind, get_method
 from gradcam_cli.cams.targets import TargetChoice, target_choice
-from gradcam_cli.errors import UsageError
+from gradcam_cli.cams.augment import VIEWS
+from gradcam_cli.errors import GradcamError, ModelError, UsageError
 from gradcam_cli.extract.perturb import measure_cost
 from gradcam_cli.layers.defaults import default_layer_paths
 from gradcam_cli.layers.paths import ResolvedLayer, resolve_layers
 from gradcam_cli.maps import CamBatch, CamOptions, ProgressFn
 from gradcam_cli.model import load as model_load
 from gradcam_cli.model.device import place_model, resolve_device, resolve_precision
+from gradcam_cli.model.faults import fault_line, raised_by_model
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.vocab import TargetKind
 
@@ -178,16 +180,33 @@ def prepare_run(
 
 
 def _perturbation_cost(run: PreparedRun) -> str:
-    """scorecam and ablationcam run one forward per channel of the layer: say what that costs, before it does."""
+    """scorecam and ablationcam run one forward per channel of the layer, for each class and each augmented
+    view: say what that costs, before it does."""
     chunk = min(run.settings.maps.cam_batch_size, 8)
     x = torch.zeros(chunk, 3, *run.loaded.data_config.input_hw, device=run.device)
     if run.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    cost = measure_cost(run.model, run.layers, x)
+    try:
+        cost = measure_cost(run.model, run.layers, x)
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - only the model's own failure is one line here
+        if isinstance(error, GradcamError) or not raised_by_model(error):
+            raise
+        raise ModelError(
+            f"⟨model⟩: its forward failed on {chunk} blank images at once, as {run.method.name}'s masked forwards "
+            f"run them: {fault_line(error)}",
+            hint="fix the model's forward, or run the masked forwards one at a time with ⟨cam_batch_size=1⟩",
+        ) from None
     layers = ", ".join(f"{name}: {count:,} channels" for name, count in cost.channels.items())
+    times = run.targets.count * (len(VIEWS) if run.options.aug_smooth else 1)  # the forwards run again per class and view
+    also = "".join(
+        [
+            f" x {run.targets.count} classes" if run.targets.count > 1 else "",
+            f" x {len(VIEWS)} views of ⟨aug_smooth⟩" if run.options.aug_smooth else "",
+        ]
+    )
     return (
-        f"{run.method.name} runs {cost.forwards_per_image:,} masked forwards per image ({layers}), about "
-        f"{_duration(cost.seconds_per_image)} per image on {run.device}; cheaper: ⟨method=gradcam⟩ "
+        f"{run.method.name} runs {cost.forwards_per_image * times:,} masked forwards per image ({layers}{also}), about "
+        f"{_duration(cost.seconds_per_image * times)} per image on {run.device}; cheaper: ⟨method=gradcam⟩ "
         "(one backward), a ⟨layers⟩ with fewer channels, or a GPU"
     )
 

@@ -13,7 +13,7 @@ import os
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,15 +29,22 @@ def default_workers(device_type: str = "cpu") -> int:
     return max(1, min(cap, cores))
 
 
-def ordered_map(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T], window: int) -> Iterator[R]:
-    """fn over items in the pool, results in input order, at most `window` running ahead."""
+def ordered_map(pool: ThreadPoolExecutor, fn: Callable[[T], R], items: Iterable[T], window: int) -> Generator[R, None, None]:
+    """fn over items in the pool, results in input order, at most `window` running ahead.
+
+    Closed early (a stop), the work queued ahead that has not started is cancelled.
+    """
     pending: deque[Future[R]] = deque()
-    for item in items:
-        pending.append(pool.submit(fn, item))
-        if len(pending) >= window:
+    try:
+        for item in items:
+            pending.append(pool.submit(fn, item))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
             yield pending.popleft().result()
-    while pending:
-        yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 class OrderedResults:
