@@ -138,7 +138,10 @@ class Explainer:
         """
         for source in sources:
             self.namer.protect(source.path)
-            yield source, self.namer.base_for(source.relative)
+            base = self.namer.base_for(source.relative)
+            if not source.error and (notice := self.namer.first_shortened(source.path, base)):
+                self.warn(notice)
+            yield source, base
 
     def _decode(self, named: tuple[Source, PurePath]) -> Item:
         """In a worker thread: the image read and prepared for the model (or why not, or skipped)."""
@@ -148,7 +151,6 @@ class Explainer:
             item.error = source.error
             return item
         try:
-            self.namer.check(base)
             if self.settings.outputs.skip_existing:
                 item.existing = existing_outputs(
                     self.namer,
