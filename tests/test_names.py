@@ -1,8 +1,11 @@
-"""Output names that fit every file system, found again by a resume."""
+"""Output names that fit every file system, and what a run may write over: each picture says what made it."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import struct
 from pathlib import Path, PurePath
 
 import pytest
@@ -18,6 +21,7 @@ SHAPES = (
     str(EXAMPLES / "shapes_model" / "labels.txt"),
     "--json",
 )
+OTHER = ("-m", "resnet18", "--no-pretrained", "--json")  # another model into the same folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,6 +89,108 @@ def test_a_300_byte_multibyte_name_is_cut_whole_keeps_its_endings_and_stays_uniq
     fits = OutputNamer(Path("out"), "gradcam").paths(PurePath("y" * 243), None, raw=False)[0]
     assert fits.name == "y" * 243 + ".gradcam.png"
     assert "~" in OutputNamer(Path("out"), "gradcam").paths(PurePath("y" * 244), None, raw=False)[0].name
+
+
+# ---------------------------------------------------------------- what a run may write over
+
+
+def test_another_model_layer_or_style_never_replaces_an_output_unless_asked(run_cli, tmp_path):
+    write_image(tmp_path / "a.png", 48, 40, seed=1)
+    first = run_cli("explain", "a.png", *SHAPES, "-o", "mix")
+    assert first.code == 0, first.stderr
+    (overlay,) = _files(first.records()[0])
+    before = overlay.read_bytes()
+    from gradcam_cli.outputs.provenance import made_by_stamp
+
+    made = made_by_stamp(overlay)  # what the picture says made it
+    assert made is not None and made["weights_sha256"] == hashlib.sha256(Path(SHAPES[3]).read_bytes()).hexdigest()
+    assert {key: made[key] for key in ("model", "method", "layers", "target", "style", "colormap", "alpha", "caption")} == {
+        "model": "test_resnet", "method": "gradcam", "layers": ["layer4"], "target": "class",
+        "style": "overlay", "colormap": "jet", "alpha": 0.5, "caption": False,
+    }  # fmt: skip
+    assert {"relu", "norm", "combine", "eigen_smooth", "aug_smooth", "preprocess"} <= set(made)
+    refused = [
+        (OTHER, (), "model test_resnet, this run resnet18"),
+        (OTHER, ("--skip-existing",), "model test_resnet, this run resnet18"),  # not this run's output: not done
+        (SHAPES, ("--layer", "layer3"), "layers layer4, this run layer3"),
+        (SHAPES, ("--style", "contour"), "style overlay, this run contour"),
+    ]
+    for model, extra, said in refused:
+        result = run_cli("explain", "a.png", *model, "-o", "mix", *extra)
+        assert result.code == 1 and result.records() == [], (extra, result.stderr)
+        (line,) = [line for line in result.stderr.splitlines() if "made by another run" in line]
+        assert said in line and "--output-dir" in line and "--replace" in line, line
+        assert overlay.read_bytes() == before, "the first run's picture is still there"
+
+    same = run_cli("explain", "a.png", *SHAPES, "-o", "mix", "--skip-existing")
+    assert [r["skipped"] for r in same.records()] == [True]
+    rerun = run_cli("explain", "a.png", *SHAPES, "-o", "mix")  # its own outputs a run writes again, as ever
+    assert rerun.code == 0 and [r["skipped"] for r in rerun.records()] == [False], rerun.stderr
+    write_image(tmp_path / "foreign" / "a.png.gradcam.png", 8, 8)  # a file nothing says anything of: written over
+    foreign = run_cli("explain", "a.png", *OTHER, "-o", "foreign")
+    assert foreign.code == 0 and _files(foreign.records()[0]) == [Path("foreign/a.png.gradcam.png")], foreign.stderr
+
+    replaced = run_cli("explain", "a.png", *OTHER, "-o", "mix", "--skip-existing", "--replace")
+    assert replaced.code == 0, replaced.stderr
+    (record,) = replaced.records()
+    assert not record["skipped"] and record["model"] == "resnet18" and _files(record) == [overlay]
+    # the picture says it is the second run's: a report pairs it with that record, never with the first
+    from gradcam_cli.outputs.provenance import stamp_of
+
+    assert stamp_of(overlay) == record["stamp"] != first.records()[0]["stamp"]
+    from gradcam_cli.outputs.provenance import is_records_picture
+
+    assert is_records_picture(record, overlay) and not is_records_picture(first.records()[0], overlay)
+    _unstamped(tmp_path / "mix")  # as a folder from before stamps: the last record that wrote the picture owns it
+    older, newer = first.records()[0], {k: v for k, v in record.items() if k != "stamp"}
+    assert is_records_picture(newer, overlay, last=newer) and not is_records_picture(older, overlay, last=newer)
+
+
+def _unstamped(folder: Path) -> None:
+    """The folder as gradcam wrote it before pictures carried their stamp: no text chunk, no `stamp` in the records."""
+    for png in folder.rglob("*.png"):
+        data, kept, at = png.read_bytes(), [], 8
+        while at < len(data):
+            length = struct.unpack(">I", data[at : at + 4])[0]
+            chunk = data[at : at + 12 + length]
+            if not (chunk[4:8] == b"tEXt" and chunk[8:].startswith(b"gradcam\0")):
+                kept.append(chunk)
+            at += 12 + length
+        png.write_bytes(data[:8] + b"".join(kept))
+    for records in folder.glob("records*.jsonl"):
+        lines = [json.loads(line) for line in records.read_text().splitlines()]
+        records.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "stamp"}) + "\n" for r in lines))
+
+
+def test_a_folder_from_before_stamps_is_judged_by_its_records_read_once(run_cli, tmp_path, monkeypatch):
+    from gradcam_cli.outputs import run_files
+
+    for index in range(6):
+        write_image(tmp_path / "photos" / f"img{index}.png", 40, 32, seed=index)
+    for shard in ("0/2", "1/2"):  # a sharded job: a records file per shard
+        assert run_cli("explain", "photos", *SHAPES, "-o", "old", "--shard", shard).code == 0
+    _unstamped(tmp_path / "old")
+    with (tmp_path / "old" / "records.jsonl").open("a") as handle:  # a big records file: other inputs' lines
+        for index in range(3000):
+            output = f"old/elsewhere/{index}.png.gradcam.png"
+            handle.write(json.dumps({"input": f"elsewhere/{index}.png", "ok": True, "model": "x", "outputs": [output]}) + "\n")
+    other = run_cli("explain", "photos", *OTHER, "-o", "old", "--skip-existing")
+    assert other.code == 1 and other.records() == [], other.stderr
+    assert "made by another run (model test_resnet, this run resnet18" in other.stderr
+
+    opened: list[str] = []
+    read = getattr(run_files, "_json_lines", None)
+    monkeypatch.setattr(run_files, "_json_lines", lambda path: (opened.append(path.name), read(path))[1], raising=False)
+    again = run_cli("explain", "photos", *SHAPES, "-o", "old", "--skip-existing")
+    assert [r["skipped"] for r in again.records()] == [True] * 6, again.stderr
+    records_read = sorted(name for name in opened if name.startswith("records"))
+    assert records_read == ["records.jsonl", "records.shard-0-of-2.jsonl", "records.shard-1-of-2.jsonl"], "each once, for 6 images"
+
+    opened.clear()  # a folder whose pictures carry their stamp: the records are never read
+    assert run_cli("explain", "photos", *SHAPES, "-o", "new").code == 0
+    resumed = run_cli("explain", "photos", *SHAPES, "-o", "new", "--skip-existing")
+    assert [r["skipped"] for r in resumed.records()] == [True] * 6
+    assert not [name for name in opened if name.startswith("records")]
 
 
 def test_a_resume_with_topk_lists_each_output_folder_once(run_cli, tmp_path, monkeypatch):

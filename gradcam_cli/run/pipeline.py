@@ -72,6 +72,7 @@ class Explainer:
             save_guided=outputs.save_guided,
             raw_norm=settings.maps.norm is not Norm.minmax,
             kind=self.prepared.kind,
+            replace=outputs.replace,
         )
 
     @property
@@ -156,6 +157,7 @@ class Explainer:
                     self.namer,
                     self.prepared.targets,
                     base,
+                    self.writer.provenance,
                     save_raw=self.settings.outputs.save_raw,
                     save_guided=self.settings.outputs.save_guided,
                 )
