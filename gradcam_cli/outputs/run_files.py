@@ -150,7 +150,6 @@ class EarlierRecords:
         self.output_dir = output_dir
         self.making_of = making_of  # a record → what made its files, as far as it says
         self.roots = list(dict.fromkeys([os.path.abspath(output_dir), os.path.realpath(output_dir)]))
-        self.reads = 0  # times the records were read: once a run at most, whatever their size
         self._index: dict[str, Making] | None = None
         self._lock = threading.Lock()
 
@@ -170,7 +169,6 @@ class EarlierRecords:
         return None
 
     def _read(self) -> dict[str, Making]:
-        self.reads += 1
         index: dict[str, Making] = {}
         kinds: dict[str, Making] = {}  # one dict per distinct making, shared by every path it made
         folders = self._run_folders()
@@ -228,9 +226,10 @@ def _records(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _written(record: dict[str, Any]) -> list[str]:
-    """The pictures a record says its run wrote."""
-    paths = [p for p in record.get("outputs") or [] if isinstance(p, str)]
-    for target in record.get("targets") or []:
+    """The pictures a record says its run wrote (a line that is not ours may hold anything: only lists of strings count)."""
+    outputs, targets = record.get("outputs"), record.get("targets")
+    paths = [p for p in outputs if isinstance(p, str)] if isinstance(outputs, list) else []
+    for target in targets if isinstance(targets, list) else []:
         if isinstance(target, dict):
             paths += [target[key] for key in ("overlay", "guided") if isinstance(target.get(key), str)]
     return list(dict.fromkeys(paths))
