@@ -210,6 +210,11 @@ OPTIONS: tuple[Option, ...] = (
            help="Skip images whose outputs are all there already (resume an interrupted run).",
            doc="skip images whose outputs are all there already, e.g. to finish an interrupted run (they get a record with "
                '`"skipped": true`)'),
+    Option(name="replace", flags=("--replace",), kind=bool, default=False, group="outputs",
+           help="Write over outputs that another run (other model, weights, method, layers, target or style) made in the output folder.",
+           doc="write over outputs that another run made under the same names (another model, weights, method, layers, target, "
+               "map or picture settings, as each picture's stamp or the folder's records say); without it such a run stops "
+               "with one line before replacing one"),
     Option(name="truth", flags=("--truth",), kind=Path, default=None, group="inputs", metavar="FILE.csv", path=True,
            help="Ground truth as `path,class` rows; without it, an image's folder named after a class (val/<class>/x.jpg) is its truth.",
            doc="ground truth, a CSV file of `path,class` rows (class by name or index; relative paths from the file's folder "

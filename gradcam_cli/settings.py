@@ -80,6 +80,7 @@ class OutputSettings:
     save_raw: bool = False
     save_guided: bool = False
     skip_existing: bool = False
+    replace: bool = False  # write over outputs another run (other model, weights, method, layers, style) made
     report: bool = False
 
 

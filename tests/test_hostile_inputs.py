@@ -384,19 +384,6 @@ def test_names_that_are_not_utf8_give_valid_utf8_json(tmp_path, one_thread):
     assert (tmp_path / "out" / "records.jsonl").read_bytes() == done.stdout, "the records file is as valid as stdout"
 
 
-def test_skip_existing_with_an_output_name_too_long_is_an_error_record(run_cli, tmp_path, one_thread):
-    """The input's name fits (250 bytes), its overlay's (262) cannot: an error record, not exit 3."""
-    long_input = write_image(tmp_path / ("x" * 246 + ".png"), 40, 30, seed=4)
-    write_image(tmp_path / "ok.png", 40, 30, seed=5)
-    for _ in range(2):  # the first run and a resume
-        result = run_cli("explain", long_input, "ok.png", *TINY, "-o", "out", "--skip-existing")
-        _assert_clean_stderr(result.stderr)
-        records = result.records()
-        assert [r["ok"] for r in records] == [False, True], result.stderr
-        assert "262 bytes" in records[0]["error"] and "shorter name" in records[0]["error"]
-        assert result.code == 1
-
-
 def test_names_of_240_to_255_bytes_are_written(run_cli, tmp_path, one_thread):
     """The temporary name is short and fixed: whenever the final name fits, it does too."""
     source = write_image(tmp_path / ("y" * 239 + ".png"), 40, 30, seed=6)  # overlay name: 255 bytes exactly

@@ -162,3 +162,29 @@ def test_files_are_written_whole_under_a_short_temporary_name(tmp_path, monkeypa
     images.write_atomic(target, b"data")
     assert target.read_bytes() == b"data" and calls[0] == "fsync" and calls[1].startswith("replace .gradcam-tmp-")
     assert len(calls[1]) - len("replace ") < 40
+
+
+def test_a_signal_after_the_last_image_says_nothing_is_left_to_do(run_cli, tmp_path, one_thread, monkeypatch):
+    """Ctrl-C as the last file is written: the run stops (exit 130), but no line sends the user to do "the rest"."""
+    import json
+    import signal
+
+    from gradcam_cli.run.pipeline import Explainer
+
+    for i in range(2):
+        write_image(tmp_path / f"{i}.png", 40, 30, seed=i)
+    explain = Explainer.run
+
+    def then_ctrl_c(self, sources, emit):  # the real run, then a real SIGINT once every input is done
+        summary = explain(self, sources, emit)
+        os.kill(os.getpid(), signal.SIGINT)
+        return summary
+
+    monkeypatch.setattr(Explainer, "run", then_ctrl_c)
+    result = run_cli("explain", "0.png", "1.png", *TINY, "-o", "out")
+    assert result.code == 130, result.stderr
+    assert [r["ok"] for r in result.records()] == [True, True]
+    (line,) = [line for line in result.stderr.splitlines() if "interrupted" in line]
+    assert "after the last image" in line and "nothing is left to do" in line and "--skip-existing" not in line, line
+    finished = json.loads((tmp_path / "out" / "runs.jsonl").read_text().splitlines()[-1])
+    assert finished["interrupted"] is False and finished["counts"]["done"] == 2, "the run's account: it did everything"

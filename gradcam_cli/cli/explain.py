@@ -18,8 +18,8 @@ import typer
 from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, progress_line
 from gradcam_cli.cli.named_inputs import Scan, check_files, input_sources, scan_named, stdin_ahead
 from gradcam_cli.cli.options import parameter
-from gradcam_cli.cli.signals import StopRequests
-from gradcam_cli.errors import ExitCode, GradcamError, UsageError, notices_to
+from gradcam_cli.cli.signals import HANDLED, StopRequests
+from gradcam_cli.errors import ExitCode, GradcamError, Interrupted, UsageError, notices_to
 from gradcam_cli.settings import ExplainSettings, build_settings
 from gradcam_cli.option_table import OPTIONS, as_flag
 
@@ -135,7 +135,13 @@ def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporte
     try:
         with stops.deferred():  # while images stream, a signal stops the run at the engine's next checkpoint
             summary = explainer.run(stops.at_once(sources), emit)
-        stopped = False
+            stopped = False  # every input is done: a signal landing now stops nothing
+    except Interrupted as error:
+        if stopped:
+            raise
+        signal = HANDLED[stops.signum][0] if stops.signum in HANDLED else "a signal"
+        late = f"interrupted by {signal} after the last image; every input was done, nothing is left to do"
+        raise Interrupted(late, error.exit_code) from None
     finally:
         files.finish(explainer.summary.counts(), interrupted=stopped)  # a stopped run's counts too
         if settings.outputs.report:

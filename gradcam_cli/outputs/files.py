@@ -3,6 +3,8 @@
 Every file is written under a temporary name in its folder, flushed and
 renamed, so an interrupted run leaves either the old file or the whole new one;
 `is_complete` is how --skip-existing tells a whole output from a damaged one.
+A PNG may carry a text of ours before its pixels (`with_text`, `png_text`):
+what made it, read back without decoding the picture.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import io
 import os
 import re
 import secrets
+import struct
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -125,3 +129,46 @@ def _npy_complete(handle: io.BufferedReader, size: int) -> bool:
     shape, _fortran, dtype = read_header(handle)
     count = int(np.prod(shape, dtype=np.int64))
     return size == handle.tell() + count * dtype.itemsize
+
+
+PNG_TEXT_LIMIT = 1 << 16  # our text is a few hundred bytes: a longer chunk is not ours, and is not read
+PNG_CHUNKS_READ = 32  # our chunk comes right after the header: a file that gets there later is not ours
+
+
+def with_text(png: bytes, keyword: str, text: str) -> bytes:
+    """The PNG with a tEXt chunk (`keyword`, `text`: Latin-1) right after its header, where `png_text` finds it at once."""
+    header_end = len(PNG_SIGNATURE) + 8 + 13 + 4  # the IHDR chunk: length, type, 13 bytes of data, CRC
+    if png[: len(PNG_SIGNATURE)] != PNG_SIGNATURE or png[12:16] != b"IHDR":
+        raise ValueError("not a PNG with its header first")
+    data = keyword.encode("latin-1") + b"\0" + text.encode("latin-1")
+    chunk = struct.pack(">I", len(data)) + b"tEXt" + data + struct.pack(">I", zlib.crc32(b"tEXt" + data))
+    return png[:header_end] + chunk + png[header_end:]
+
+
+def png_text(path: Path, keyword: str) -> str | None:
+    """The text a PNG keeps under `keyword` before its pixels; None when it has none, or is no PNG, or cannot be read.
+
+    Reads the chunk headers up to the first image data, decodes nothing.
+    """
+    try:
+        with open_regular(path) as handle:
+            if handle.read(len(PNG_SIGNATURE)) != PNG_SIGNATURE:
+                return None
+            for _ in range(PNG_CHUNKS_READ):
+                head = handle.read(8)
+                if len(head) < 8:
+                    return None
+                length, kind = struct.unpack(">I", head[:4])[0], head[4:]
+                if kind in (b"IDAT", b"IEND"):
+                    return None
+                if kind != b"tEXt" or length > PNG_TEXT_LIMIT:
+                    handle.seek(length + 4, os.SEEK_CUR)
+                    continue
+                data = handle.read(length)
+                handle.seek(4, os.SEEK_CUR)
+                name, _, text = data.partition(b"\0")
+                if name == keyword.encode("latin-1"):
+                    return text.decode("latin-1")
+    except (OSError, InputError, ValueError):
+        return None
+    return None

@@ -1,18 +1,29 @@
 """Output names: the input's relative path mirrored under the output folder, checked before any work.
 
 `photos/a/cat.jpg` → `OUT/a/cat.jpg.gradcam.png`: a name never leaves the
-output folder, never names an input of the run (through symbolic links too),
-and is refused up front when no file system could hold it.
+output folder and never names an input of the run (through symbolic links
+too). A name that no file system could hold (over 255 bytes) is shortened,
+the same way every time: the input's name cut, a hash of its whole path, the
+method and suffix kept (`OUT/a/xxx…x~1a2b3c4d5e6f.jpg.gradcam.png`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from glob import escape as glob_escape
+import re
+import threading
 from pathlib import Path, PurePath
 
 from gradcam_cli.errors import InputError, OutputError
 from gradcam_cli.inputs.sources import NAME_MAX, shown
+from gradcam_cli.vocab import Method, values
+
+SHORT_HASH_BYTES = 6  # 12 hex digits of the whole path: two long names cut alike still differ
+KEPT_SUFFIX_BYTES = 16  # the input's own suffix (`.jpg`) is kept in a shortened name when it is at most this long
+# room a shortened name keeps for the longest `.METHOD.classN.guided.png` (class indices of up to 10 digits), so
+# that its stem is the same whatever the run writes beside it
+SUFFIX_ROOM = len(".") + max(len(m) for m in values(Method)) + len(".class") + 10 + len(".guided.png")
 
 
 def _location(path: Path) -> Path:
@@ -54,6 +65,12 @@ class OutputNamer:
         self.raw, self.guided = raw, guided
         self._inputs: set[Path] = set()
         self._root = output_dir.resolve()
+        # the longest name ending this run writes: an input name that does not fit before it is shortened
+        classes = f".class{largest_class}" if largest_class is not None else ""
+        self._longest = f".{method}{classes}" + (".guided.png" if guided else ".png")
+        self._classes: dict[Path, dict[str, list[int]]] = {}  # per output folder: each name's class overlays, listed once
+        self._classes_lock = threading.Lock()
+        self._said_shortened = False
 
     def protect(self, path: Path) -> None:
         """Remember an input of this run that lies under the output folder.
@@ -75,30 +92,51 @@ class OutputNamer:
         parts = [p for p in relative.parts if p not in ("..", ".", "/", "")] or ["image"]
         return PurePath(*parts)
 
-    def existing_classes(self, base: PurePath) -> list[int]:
-        """Classes an earlier run wrote an overlay for (`NAME.METHOD.classN.png`), in index order."""
-        folder = self.output_dir / base.parent
-        prefix = f"{base.name}.{self.method}.class"
-        try:
-            names = [p.name for p in folder.glob(f"{glob_escape(prefix)}*.png")] if folder.is_dir() else []
-        except OSError:
-            return []
-        return sorted(int(n[len(prefix) : -4]) for n in names if n[len(prefix) : -4].isdigit())
+    def stem(self, base: PurePath) -> str:
+        """What the input's outputs are named by: its name, or when a name would not fit, the name shortened."""
+        if len(os.fsencode(base.name + self._longest)) <= NAME_MAX:
+            return base.name
+        return shortened(base, NAME_MAX - max(SUFFIX_ROOM, len(os.fsencode(self._longest))))
 
-    def check(self, base: PurePath) -> None:
-        """Refuse, before any work, an input whose longest output name no file system could hold."""
-        stem = f"{base.name}.{self.method}" + (f".class{self.largest_class}" if self.largest_class is not None else "")
-        longest = stem + (".guided.png" if self.guided else ".png")
-        size = len(os.fsencode(longest))
-        if size > NAME_MAX:
-            raise InputError(
-                f"{shown(str(base))}: its output name {shown(longest)} would be {size} bytes, over the {NAME_MAX} "
-                "a file name may have; rename the input to a shorter name"
-            )
+    def first_shortened(self, path: Path, base: PurePath) -> str | None:
+        """The line a run says the first time it shortens a name (each record's outputs name the files)."""
+        stem = self.stem(base)
+        if self._said_shortened or stem == base.name:
+            return None
+        self._said_shortened = True
+        return (
+            f"{shown(str(path))}: its output names would be over {NAME_MAX} bytes; they are shortened, the name cut and "
+            f"a hash of its path added (…{stem[stem.rindex('~') :]}.{self.method}…; the records' outputs name them), "
+            "and so for any other such input"
+        )
+
+    def existing_classes(self, base: PurePath) -> list[int]:
+        """Classes an earlier run wrote an overlay for (`NAME.METHOD.classN.png`), in index order.
+
+        Each output folder is listed once a run, not once an image: a folder of a million images stays linear.
+        """
+        folder = self.output_dir / base.parent
+        with self._classes_lock:
+            if folder not in self._classes:
+                self._classes[folder] = self._list_classes(folder)
+            return sorted(self._classes[folder].get(self.stem(base), []))
+
+    def _list_classes(self, folder: Path) -> dict[str, list[int]]:
+        pattern = re.compile(r"(.+)\." + re.escape(self.method) + r"\.class(\d+)\.png")
+        found: dict[str, list[int]] = {}
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    match = pattern.fullmatch(entry.name)
+                    if match:
+                        found.setdefault(match.group(1), []).append(int(match.group(2)))
+        except OSError:
+            return {}
+        return found
 
     def paths(self, base: PurePath, class_index: int | None, raw: bool, guided: bool = False) -> tuple[Path, Path | None, Path | None]:
         """The overlay path and, when asked, the .npy map and the guided image beside it."""
-        stem = base.name + f".{self.method}" + (f".class{class_index}" if class_index is not None else "")
+        stem = self.stem(base) + f".{self.method}" + (f".class{class_index}" if class_index is not None else "")
         overlay = self.output_dir / base.with_name(stem + ".png")
         npy = self.output_dir / base.with_name(stem + ".npy") if raw else None
         rgb = self.output_dir / base.with_name(stem + ".guided.png") if guided else None
@@ -108,3 +146,26 @@ class OutputNamer:
             if self._inputs and {path.resolve(), _location(path)} & self._inputs:
                 raise InputError(f"output {path} would overwrite an input of this run; choose another ⟨output_dir⟩")
         return overlay, npy, rgb
+
+
+def shortened(base: PurePath, fits: int) -> str:
+    """The input's name cut to `fits` bytes in all, a character whole, with a hash of its whole path and its suffix.
+
+    The hash makes two inputs whose names begin alike differ; it is of the
+    path, so every run names the input the same way and a resume finds it.
+    """
+    digest = hashlib.blake2b(base.as_posix().encode("utf-8", "surrogateescape"), digest_size=SHORT_HASH_BYTES).hexdigest()
+    suffix = base.suffix if len(os.fsencode(base.suffix)) <= KEPT_SUFFIX_BYTES else ""
+    tail = f"~{digest}{suffix}"
+    return _cut(base.name[: len(base.name) - len(suffix)], fits - len(os.fsencode(tail))) + tail
+
+
+def _cut(text: str, size: int) -> str:
+    """The longest start of `text` that is at most `size` bytes in the file system's encoding, no character split."""
+    kept, used = [], 0
+    for char in text:
+        used += len(os.fsencode(char))
+        if used > size:
+            break
+        kept.append(char)
+    return "".join(kept)

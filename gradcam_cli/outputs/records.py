@@ -76,6 +76,7 @@ class ImageRecord:
     targets: list[TargetRecord] = field(default_factory=list)
     topk: list[dict[str, Any]] = field(default_factory=list)
     settings: dict[str, Any] = field(default_factory=dict)
+    stamp: str | None = None  # the hash of what made the pictures, which each carries (outputs/provenance.py)
 
     def __post_init__(self) -> None:
         _utf8_fields(self, ("input", "error", "model", "class_name", "true_class", "outputs", "layers"))

@@ -2,7 +2,9 @@
 
 Runs in the worker threads (see workers.py), so it changes nothing shared but
 files on disk: output names are claimed beforehand, in input order, and every
-file is written under a temporary name and renamed.
+file is written under a temporary name and renamed. Every picture carries the
+run's stamp (outputs/provenance.py), and one that another run made is not
+written over.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from gradcam_cli.errors import InputError
-from gradcam_cli.outputs.files import remove_stale_temps, write_atomic
+from gradcam_cli.outputs.files import remove_stale_temps, with_text, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
+from gradcam_cli.outputs.provenance import STAMP_KEY, Provenance, making
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
 from gradcam_cli.outputs.picture import caption_text, draw
 from gradcam_cli.outputs.render import encode_npy, encode_png, guided_photo, photo_maps
@@ -120,11 +123,15 @@ class ResultWriter:
         save_guided: bool = False,
         raw_norm: bool = False,
         kind: TargetKind = TargetKind.single_class,
+        replace: bool = False,
     ) -> None:
         self.namer = namer
         self.class_names = class_names
-        self.context = context  # model, layers, method, device, settings: the same in every record
         self.colormap, self.alpha, self.style, self.caption = colormap, alpha, style, caption
+        picture = {"style": style.value, "colormap": colormap.value, "alpha": alpha, "caption": caption}
+        self.provenance = Provenance(namer.output_dir, making(context, picture), replace=replace)
+        # model, layers, method, device, settings, and the stamp of what made the pictures: the same in every record
+        self.context = {**context, "stamp": self.provenance.stamp}
         self.save_raw, self.save_guided = save_raw, save_guided
         self.raw_norm = raw_norm  # maps hold raw values (--norm none): scale them for display
         self.kind = kind  # how the logits read as probabilities (softmax, sigmoid, none)
@@ -171,6 +178,9 @@ class ResultWriter:
         index = int(cams.targets[row, k])
         named = index if self.namer.largest_class is not None else None  # the run's names carry a class (pipeline._namer)
         overlay_path, raw_path, guided_path = self.namer.paths(base, named, self.save_raw, self.save_guided)
+        for picture in (overlay_path, guided_path):
+            if picture is not None:
+                self.provenance.claim(picture)  # another run's picture is not written over (without ⟨replace⟩)
         self._prepare_folder(overlay_path.parent)
         record = target_record(
             cams,
@@ -182,9 +192,9 @@ class ResultWriter:
             raw=str(raw_path) if raw_path is not None else None,
             guided=str(guided_path) if guided_path is not None else None,
         )
-        self._write_maps(image, geometry, cams.maps[row, k], overlay_path, raw_path, self._caption(record))
         if guided_path is not None and cams.guided is not None:
             self._write_guided(geometry, cams.guided[row, k], guided_path)
+        self._write_maps(image, geometry, cams.maps[row, k], overlay_path, raw_path, self._caption(record))
         return record
 
     def _caption(self, record: TargetRecord) -> str | None:
@@ -194,14 +204,20 @@ class ResultWriter:
     def _write_maps(
         self, image: np.ndarray, geometry: Geometry, cam: torch.Tensor, overlay_path: Path, raw_path: Path | None, caption: str | None
     ) -> None:
-        """The picture (its map always scaled to [0, 1] for display) and, if asked, the map as computed."""
+        """The map as computed, if asked, then the picture (its map always scaled to [0, 1] for display), stamped.
+
+        The picture comes last: its stamp stands for the files written beside it (an .npy cannot carry one).
+        """
         shown, raw = photo_maps(cam, geometry, raw_norm=self.raw_norm, with_raw=raw_path is not None)
-        drawn = draw(image, shown, style=self.style, colormap=self.colormap, alpha=self.alpha, caption=caption)
-        write_atomic(overlay_path, encode_png(drawn))
         if raw_path is not None and raw is not None:
             write_atomic(raw_path, encode_npy(raw))
+        drawn = draw(image, shown, style=self.style, colormap=self.colormap, alpha=self.alpha, caption=caption)
+        write_atomic(overlay_path, self._stamped(encode_png(drawn)))
 
-    @staticmethod
-    def _write_guided(geometry: Geometry, image: torch.Tensor, path: Path) -> None:
+    def _write_guided(self, geometry: Geometry, image: torch.Tensor, path: Path) -> None:
         """The guided Grad-CAM image in colour, at the photo's size."""
-        write_atomic(path, encode_png(guided_photo(image, geometry)))
+        write_atomic(path, self._stamped(encode_png(guided_photo(image, geometry))))
+
+    def _stamped(self, png: bytes) -> bytes:
+        """A PNG that says what made it (outputs/provenance.py)."""
+        return with_text(png, STAMP_KEY, self.provenance.text)

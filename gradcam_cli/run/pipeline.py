@@ -78,6 +78,7 @@ class Explainer:
             save_guided=outputs.save_guided,
             raw_norm=settings.maps.norm is not Norm.minmax,
             kind=self.prepared.kind,
+            replace=outputs.replace,
         )
 
     @property
@@ -150,7 +151,10 @@ class Explainer:
         """
         for source in sources:
             self.namer.protect(source.path)
-            yield source, self.namer.base_for(source.relative)
+            base = self.namer.base_for(source.relative)
+            if not source.error and (notice := self.namer.first_shortened(source.path, base)):
+                self.warn(notice)
+            yield source, base
 
     def _decode(self, named: tuple[Source, PurePath]) -> Item:
         """In a worker thread: the image read and prepared for the model (or why not, or skipped)."""
@@ -160,12 +164,12 @@ class Explainer:
             item.error = source.error
             return item
         try:
-            self.namer.check(base)
             if self.settings.outputs.skip_existing:
                 item.existing = existing_outputs(
                     self.namer,
                     self.prepared.targets,
                     base,
+                    self.writer.provenance,
                     save_raw=self.settings.outputs.save_raw,
                     save_guided=self.settings.outputs.save_guided,
                 )

@@ -1,4 +1,12 @@
-"""--skip-existing: which inputs an earlier run already finished, judged by the files alone."""
+"""--skip-existing: which inputs an earlier run with this run's settings already finished, judged by the files.
+
+An output counts as done when it is whole and made with this run's settings
+(its stamp says so; a picture from before stamps, what the folder's records
+say; one that nothing speaks for, as ever, by its being there). One that
+another model, method, layer, weights or style made is not this run's output:
+the image is explained again, and the writer then refuses to write over it
+unless ⟨replace⟩ (outputs/provenance.py), so it is never kept silently.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +15,13 @@ from pathlib import Path, PurePath
 from gradcam_cli.cams.targets import TargetChoice
 from gradcam_cli.outputs.files import is_complete
 from gradcam_cli.outputs.naming import OutputNamer
+from gradcam_cli.outputs.provenance import Provenance
 
 
-def existing_outputs(namer: OutputNamer, targets: TargetChoice, base: PurePath, *, save_raw: bool, save_guided: bool) -> list[Path] | None:
-    """An earlier run's overlays when every file this run would write is there whole, else None.
+def existing_outputs(
+    namer: OutputNamer, targets: TargetChoice, base: PurePath, provenance: Provenance, *, save_raw: bool, save_guided: bool
+) -> list[Path] | None:
+    """This run's own overlays when every file it would write is there, whole, else None.
 
     With --topk K the classes are known only after the forward: any K
     classes whose files are all complete will do. With --multilabel, so are
@@ -25,7 +36,7 @@ def existing_outputs(namer: OutputNamer, targets: TargetChoice, base: PurePath, 
     complete = []
     for index in classes:
         paths = [p for p in namer.paths(base, index, save_raw, save_guided) if p is not None]
-        if all(is_complete(p) for p in paths):
+        if all(is_complete(p) for p in paths) and not any(provenance.others(p) for p in paths if p.suffix == ".png"):
             complete.append(paths[0])
     if targets.by_threshold:
         return complete or None
