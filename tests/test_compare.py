@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -178,6 +179,44 @@ def test_a_feature_info_name_that_is_no_module_is_left_out_with_a_notice() -> No
     said: list[str] = []
     assert stage_paths(model, "test_resnet", TIMM, notice=said.append) == ["act1", "layer1", "layer2", "layer3", "layer4"]
     assert len(said) == 1 and "block.2" in said[0]
+
+
+def test_the_probe_finds_the_stages_inside_a_featurizer_that_pools() -> None:
+    """DomainBed's shape: nn.Sequential(Featurizer, Linear), the backbone held as `.network` and pooled to a vector, so
+    neither the featurizer nor its backbone outputs a map; the maps inside them are the stages, however deep."""
+    import torch
+    from torch import nn
+
+    from gradcam_cli.layers.stages import probed_stages
+
+    class Featurizer(nn.Module):
+        def __init__(self, network: nn.Module) -> None:
+            super().__init__()
+            self.network = network
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.network(x)
+
+    resnet = tv_resnet18()
+    resnet.fc = nn.Identity()
+    assert probed_stages(nn.Sequential(Featurizer(resnet), nn.Linear(512, 3)).eval()) == [
+        f"0.network.{name}" for name in ("relu", "layer1", "layer2", "layer3", "layer4")
+    ]
+    r = resnet  # its modules again, as one Sequential body that pools and flattens
+    body = nn.Sequential(r.conv1, r.bn1, r.relu, r.maxpool, r.layer1, r.layer2, r.layer3, r.layer4, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    assert probed_stages(nn.Sequential(Featurizer(body), nn.Linear(512, 3)).eval()) == [f"0.network.{i}" for i in (2, 4, 5, 6, 7)]
+    one_size = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+    assert probed_stages(nn.Sequential(Featurizer(one_size), nn.Linear(4, 2)).eval()) == ["0.network.2"]  # maps at one size: one stage
+    squeeze = tv_squeezenet()  # a head that makes a map at the last stage's size and pools it is no stage of its own
+    assert probed_stages(squeeze)[-1] == "features.12"
+
+
+def tv_squeezenet() -> Any:
+    import torch
+
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    return torchvision.models.squeezenet1_1(weights=None).eval()
 
 
 # ---------------------------------------------------------------- the command
