@@ -18,6 +18,7 @@ from gradcam_cli.errors import InputError
 from gradcam_cli.outputs.files import remove_stale_temps, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
+from gradcam_cli.outputs.legend import display_scale
 from gradcam_cli.outputs.picture import caption_text, draw
 from gradcam_cli.outputs.render import encode_npy, encode_png, guided_photo, photo_maps
 from gradcam_cli.vocab import Colormap, Style, TargetKind
@@ -196,7 +197,8 @@ class ResultWriter:
     ) -> None:
         """The picture (its map always scaled to [0, 1] for display) and, if asked, the map as computed."""
         shown, raw = photo_maps(cam, geometry, raw_norm=self.raw_norm, with_raw=raw_path is not None)
-        drawn = draw(image, shown, style=self.style, colormap=self.colormap, alpha=self.alpha, caption=caption)
+        scale = display_scale(cam, self.raw_norm) if caption else None  # the caption band's colour scale
+        drawn = draw(image, shown, style=self.style, colormap=self.colormap, alpha=self.alpha, caption=caption, scale=scale)
         write_atomic(overlay_path, encode_png(drawn))
         if raw_path is not None and raw is not None:
             write_atomic(raw_path, encode_npy(raw))
