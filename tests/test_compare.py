@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from conftest import EXAMPLES, CliResult, SmallCnn, shared_timm_model, tv_resnet18
-from gradcam_cli.outputs.grid import CELL, BACKGROUND, cell_size, draw_grid, fit_cell, wrapped
+from gradcam_cli.outputs.grid import BACKGROUND, CELL, LONGEST, MIN_SLOT, cell_size, draw_grid, fit_cell, wrapped
 from gradcam_cli.outputs.text import fitted, font
 
 SHAPES = EXAMPLES / "shapes_images"
@@ -50,6 +50,11 @@ def _mask(shape: tuple[int, ...], boxes: list[tuple[int, int, int, int]]) -> np.
     return mask
 
 
+def _within(inner: tuple[int, int, int, int], outer: tuple[int, int, int, int]) -> bool:
+    (x, y, w, h), (ox, oy, ow, oh) = inner, outer
+    return ox <= x and oy <= y and x + w <= ox + ow and y + h <= oy + oh
+
+
 def _ink(picture: np.ndarray) -> np.ndarray:
     return (picture != np.array(BACKGROUND, np.uint8)).any(axis=2)
 
@@ -69,7 +74,11 @@ def test_the_grid_puts_every_cell_in_its_box_and_every_label_in_its_band(rows: i
     assert picture.dtype == np.uint8 and picture.shape[2] == 3
     size = cell_size((height, width))
     long, short = max(height, width), min(height, width)
-    assert max(size) == CELL and min(size) == round(short * CELL / long)  # the longest side fixed, the aspect kept
+    assert abs(size[0] / size[1] - width / height) <= width / height / min(size)  # the aspect kept, to the pixel rounded
+    if short * CELL / long >= CELL * MIN_SLOT:
+        assert max(size) == CELL  # a photo no thinner than 2:1: its longest side is the cell's
+    else:
+        assert min(size) == CELL * MIN_SLOT or max(size) == CELL * LONGEST  # a thin one: its short side half a cell
     boxes = [box for row in grid.cells for box in row]
     assert len(grid.cells) == rows and all(len(row) == columns for row in grid.cells)
     for r, row in enumerate(grid.cells):
@@ -86,6 +95,7 @@ def test_the_grid_puts_every_cell_in_its_box_and_every_label_in_its_band(rows: i
     labels = [grid.header, grid.input_label, *grid.column_labels, *grid.row_labels]
     assert all(_inside(box, picture.shape) for box in labels)
     assert not (_mask(picture.shape, labels) & _mask(picture.shape, [*boxes, grid.input])).any()  # bands and cells apart
+    assert _within(grid.legend, grid.header) and _within(grid.bar, grid.legend)  # the colour scale in the header band
     ink = _ink(picture)
     assert not (ink & ~_mask(picture.shape, [*labels, *boxes, grid.input])).any(), "text drawn outside its band"
     for box in labels:
@@ -128,6 +138,79 @@ def test_the_grid_refuses_cells_that_do_not_match_the_labels_or_the_photo() -> N
         draw_grid(photo, _solid_cells(photo, 2, 2), rows=["a"], columns=["m", "n"], header="")
     with pytest.raises(ValueError, match="shape"):
         draw_grid(photo, [[_photo(21, 30)]], rows=["a"], columns=["m"], header="")
+
+
+def test_a_panorama_fills_its_cells_and_the_grid_is_mostly_picture() -> None:
+    """A 2400x300 panorama: cells of its aspect, tall enough to see (the old 256x32 cells were mostly white space)."""
+    photo = _photo(300, 2400)
+    grid = draw_grid(photo, _solid_cells(photo, 3, 2), rows=["layer2", "layer3", "layer4"], columns=["gradcam", "layercam"], header="x")
+    boxes = [grid.input, *(box for row in grid.cells for box in row)]
+    for _x, _y, w, h in boxes:
+        assert (w, h) == (CELL * LONGEST, CELL * MIN_SLOT) == (8 * h, h)  # 1024x128: 8:1, as the photo
+    covered = sum(w * h for _, _, w, h in boxes)
+    layout = len(grid.cells) * (len(grid.cells[0]) + 1) * boxes[0][2] * boxes[0][3]  # every slot, the empty ones too
+    assert covered / layout > 0.7 and layout / grid.picture[..., 0].size > 0.7  # slots are the grid, pictures fill them
+    tall = draw_grid(photo.transpose(1, 0, 2).copy(), [[photo.transpose(1, 0, 2).copy()]], rows=["a"], columns=["m"], header="x")
+    assert tall.cells[0][0][2:] == (128, 1024)  # a tall strip likewise
+
+
+def test_the_header_holds_the_colour_scale_of_the_colour_map_used() -> None:
+    from gradcam_cli.outputs.legend import BAR_LENGTH, EACH_RAW, bar_pixels
+    from gradcam_cli.vocab import Colormap
+
+    photo = _photo(120, 180)
+    drawn = {
+        (name, raw): draw_grid(
+            photo, _solid_cells(photo, 2, 2), rows=["a", "b"], columns=["gradcam", "hirescam"], header="cat  p=0.50",
+            colormap=Colormap(name), scale=EACH_RAW if raw else None,
+        )
+        for name in ("jet", "viridis") for raw in (False, True)
+    }  # fmt: skip
+    for (name, _raw), grid in drawn.items():
+        x, y, w, h = grid.bar
+        assert w == BAR_LENGTH * _label_px() and h >= 4
+        assert np.array_equal(grid.picture[y : y + h, x : x + w], bar_pixels(Colormap(name), w, h))  # 0 at the left, 1 at the right
+        ink = _ink(grid.picture)
+        lx, ly, lw, lh = grid.legend
+        words = ink[ly : ly + lh, lx : x - 1].any() and ink[ly : ly + lh, x + w + 1 : lx + lw].any()
+        assert words, "the ends of the bar are labelled"
+    jet, viridis, raw = drawn[("jet", False)], drawn[("viridis", False)], drawn[("jet", True)]
+    assert not np.array_equal(jet.picture, viridis.picture)
+    lx, ly, lw, lh = jet.legend
+    assert not np.array_equal(jet.picture[ly : ly + lh, lx : lx + lw], raw.picture[ly : ly + lh, lx : lx + lw])  # 0/1 or min/max
+    narrow = _photo(300, 40)  # one column of a thin photo: no room beside the header text, the scale gets a line of its own
+    grid = draw_grid(narrow, [[narrow]], rows=["a"], columns=["m"], header="a long class name, with synonyms  p=0.99  ·  resnet50")
+    assert _within(grid.legend, grid.header) and grid.legend[1] > grid.header[1] and _inside(grid.legend, grid.picture.shape)
+
+
+def _label_px() -> int:
+    """The label text size of a grid drawn with the default cell: the colour scale's."""
+    from gradcam_cli.outputs.grid import MIN_TEXT_PX, TEXT
+
+    return max(MIN_TEXT_PX, round(CELL * TEXT))
+
+
+def test_each_row_says_its_maps_resolution_after_the_layer() -> None:
+    photo = _photo(120, 180)
+    cells = _solid_cells(photo, 2, 2)
+    rows = ["stages.0.blocks.1.norm1", "stages.3.blocks.2.norm1"]  # long: the gutter is as wide as it gets, with notes or not
+    plain = draw_grid(photo, cells, rows=rows, columns=["gradcam", "hirescam"], header="cat")
+    noted = draw_grid(photo, cells, rows=rows, columns=["gradcam", "hirescam"], header="cat", notes=["28x28", "7x7"])
+    assert plain.picture.shape == noted.picture.shape and plain.cells == noted.cells
+    labels = _mask(plain.picture.shape, list(noted.row_labels))
+    changed = (plain.picture != noted.picture).any(axis=2)
+    assert changed[labels].any() and not changed[~labels].any()  # the notes are drawn in the row labels, nowhere else
+    assert all(changed[y : y + h, x : x + w].any() for x, y, w, h in noted.row_labels)  # every row's note
+    short = draw_grid(photo, cells, rows=["l3", "l4"], columns=["gradcam", "hirescam"], header="cat", notes=["14x14", "7x7"])
+    x, y, w, h = short.row_labels[0]
+    assert ink_rows(short.picture[y : y + h, x : x + w]) == 1, "`l3 · 14x14` on one line when it fits"
+    assert short.row_labels[0][2] > draw_grid(photo, cells, rows=["l3", "l4"], columns=["gradcam", "hirescam"], header="c").row_labels[0][2]
+
+
+def ink_rows(picture: np.ndarray) -> int:
+    """How many separate runs of rows hold ink: the lines of text drawn."""
+    rows = _ink(picture).any(axis=1).astype(int)
+    return int((np.diff(np.r_[0, rows]) == 1).sum())
 
 
 # ---------------------------------------------------------------- stages
