@@ -30,6 +30,7 @@ from gradcam_cli.vocab import Combine, Norm
 from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.load import load_model as load_loaded_model
+from gradcam_cli.outputs.legend import display_scale
 from gradcam_cli.outputs.picture import draw
 from gradcam_cli.outputs.render import guided_photo, photo_maps
 from gradcam_cli.outputs.writer import caption_for, image_probabilities, image_record, target_record
@@ -242,7 +243,10 @@ def _class_map(
     guided = None if cams.guided is None else Image.fromarray(guided_photo(cams.guided[0, k], geometry))
     record = target_record(cams, 0, k, probabilities, run.loaded.class_names)
     caption = caption_for(record, run.record_context(), run.kind) if outputs.caption else None
-    heat = Image.fromarray(draw(photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha, caption=caption))
+    scale = display_scale(cams.maps[0, k], run.settings.maps.norm is not Norm.minmax) if caption else None  # the band's colour scale
+    heat = Image.fromarray(
+        draw(photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha, caption=caption, scale=scale)
+    )
     return ClassMap(
         record.class_index,
         record.class_name,

@@ -176,9 +176,10 @@ OPTIONS: tuple[Option, ...] = (
                "and the heat map beside it; `contour`: iso-lines of the map at 0.2, 0.4, 0.6 and 0.8 over the untouched "
                "photo, for busy or similar-coloured images where an overlay hides the shape"),
     Option(name="caption", flags=("--caption",), kind=bool, default=False, group="outputs",
-           help="Write the class, probability, method and layer under the picture.",
-           doc="write the class name, probability, method and layer on a band under the picture, sized from the picture "
-               "(Pillow's scalable default font, nothing to install)"),
+           help="Write the class, probability, method and layer under the picture, with the colour scale.",
+           doc="write the class name, probability, method and layer on a band under the picture, with the colour scale "
+               "of the map (the `--colormap` from `low 0` to `1 high`; with `--norm none` the map's raw minimum and "
+               "maximum), sized from the picture (Pillow's scalable default font, nothing to install)"),
     Option(name="save_raw", flags=("--save-raw",), kind=bool, default=False, group="outputs",
            help="Also write the float32 map at the image's size as .npy (in [0,1] unless --norm none).",
            doc="also write the float32 map at the image's resolution as `.npy` (in [0, 1] unless `--norm none`)"),

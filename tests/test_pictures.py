@@ -77,9 +77,59 @@ def test_a_caption_is_a_band_under_the_picture_sized_from_it(height: int, width:
     out = captioned(rgb, "tabby, tabby cat  p=0.83  gradcam @ layer4")
     band = out[height:]
     assert np.array_equal(out[:height], rgb)  # the picture itself is untouched
-    assert out.shape[1] == width and 11 <= band.shape[0] <= max(40, 0.12 * min(height, width))
+    from gradcam_cli.outputs.legend import BAR_LENGTH, bar_pixels
+
+    bar = _find_bar(band, bar_pixels(Colormap.jet, BAR_LENGTH * _text_px(rgb), 1)[0])
+    lines = 2 if bar is not None and bar[1] > _text_px(rgb) else 1  # the colour scale on a line of its own, under the text
+    assert out.shape[1] == width and 11 <= band.shape[0] <= lines * max(40, 0.12 * min(height, width))
     text = (band.astype(int).sum(axis=2) > 600).mean()  # white glyph pixels on the dark band
     assert 0.005 < text < 0.6, text
+
+
+def _text_px(rgb: np.ndarray) -> int:
+    from gradcam_cli.outputs.picture import MIN_TEXT_PX, TEXT_FRACTION
+
+    return max(MIN_TEXT_PX, round(min(rgb.shape[:2]) * TEXT_FRACTION))
+
+
+@pytest.mark.parametrize("height, width", [(120, 180), (300, 451), (1600, 1200)])
+@pytest.mark.parametrize("colormap", [Colormap.jet, Colormap.viridis, Colormap.gray])
+def test_the_caption_band_holds_the_colour_scale_of_the_colour_map_used(height: int, width: int, colormap: Colormap) -> None:
+    from gradcam_cli.outputs.legend import BAR_LENGTH, MINMAX, bar_pixels, raw_scale
+
+    rgb = _photo(height, width)
+    size = _text_px(rgb)
+    text = "tabby, tabby cat  p=0.83  gradcam @ layer4"
+    minmax = captioned(rgb, text, MINMAX, colormap)[height:]
+    where = _find_bar(minmax, bar_pixels(colormap, BAR_LENGTH * size, 1)[0])
+    assert where is not None, "the colour bar of this colour map, 0 at its left, 1 at its right"
+    others = [c for c in (Colormap.jet, Colormap.viridis) if c is not colormap]
+    assert _find_bar(minmax, bar_pixels(others[0], BAR_LENGTH * size, 1)[0]) is None  # not another map's colours
+    raw = captioned(rgb, text, raw_scale(0.0, 3.21), colormap)[height:]
+    assert _find_bar(raw, bar_pixels(colormap, BAR_LENGTH * size, 1)[0]) is not None
+    assert not np.array_equal(raw, minmax)  # `raw 0 … 3.21` at the ends, not `low 0 … 1 high`
+    assert np.array_equal(captioned(rgb, text)[height:], captioned(rgb, text, MINMAX, Colormap.jet)[height:])  # the default
+
+
+def test_a_picture_too_narrow_for_the_scale_keeps_its_caption() -> None:
+    from gradcam_cli.outputs.legend import BAR_LENGTH, bar_pixels
+
+    rgb = _photo(64, 96)
+    band = captioned(rgb, "cat  p=0.83")[64:]
+    assert _find_bar(band, bar_pixels(Colormap.jet, BAR_LENGTH * _text_px(rgb), 1)[0]) is None
+    assert (band.astype(int).sum(axis=2) > 600).any()  # the caption is there
+
+
+def _find_bar(band: np.ndarray, row: np.ndarray) -> tuple[int, int] | None:
+    """Where (x, y) a row of the bar's colours lies whole in the band, else None."""
+    width = len(row)
+    for y in range(band.shape[0]):
+        line = band[y].astype(int)
+        starts = np.flatnonzero((line[: len(line) - width + 1] == row[0]).all(axis=1))
+        for x in starts:
+            if np.array_equal(line[x : x + width], row):
+                return int(x), y
+    return None
 
 
 def test_a_caption_too_long_for_the_picture_is_cut_with_an_ellipsis() -> None:
@@ -129,3 +179,29 @@ def test_the_api_draws_what_the_cli_writes(run_cli, tmp_path) -> None:
     explained = gradcam_cli.explain(image, model, style="contour", caption=True)
     written = np.asarray(Image.open(tmp_path / "o" / "in.png.gradcam.png").convert("RGB"))
     assert np.array_equal(np.asarray(explained.overlay), written)  # the same functions on the same bytes
+
+
+def test_the_cli_caption_shows_the_colour_map_and_what_its_ends_mean(run_cli, tmp_path) -> None:
+    """--caption's band: the --colormap's bar; with --norm none its ends are the map's raw minimum and maximum."""
+    import torch
+
+    import gradcam_cli
+    from gradcam_cli.outputs.legend import BAR_LENGTH, MINMAX, bar_pixels, display_scale, raw_scale
+
+    image = write_image(tmp_path / "in.png", width=300, height=200)
+    base = ["explain", image, "-m", "test_resnet", "--no-pretrained", "--caption", "--colormap", "viridis", "--json"]
+    bands = {}
+    for norm in ("minmax", "none"):
+        result = run_cli(*base, "--norm", norm, "-o", tmp_path / norm)
+        assert result.code == 0, result.stderr
+        written = np.asarray(Image.open(tmp_path / norm / "in.png.gradcam.png").convert("RGB"))
+        bands[norm] = written[200:]
+        assert _find_bar(bands[norm], bar_pixels(Colormap.viridis, BAR_LENGTH * _text_px(written[:200]), 1)[0]) is not None
+        model = gradcam_cli.load_model("test_resnet", pretrained=False, device="cpu")
+        api = gradcam_cli.explain(image, model, caption=True, colormap="viridis", norm=norm)
+        assert np.array_equal(np.asarray(api.overlay), written)  # the API draws the same band
+    assert not np.array_equal(bands["minmax"], bands["none"])  # `low 0 … 1 high` against `raw … …`
+    cam = torch.tensor([[0.25, 3.5], [1.0, -0.5]])
+    assert display_scale(cam, raw_norm=False) == MINMAX
+    assert display_scale(cam, raw_norm=True) == raw_scale(-0.5, 3.5)
+    assert (raw_scale(-0.5, 3.5).low, raw_scale(-0.5, 3.5).high, raw_scale(0.0421234, 1e5).low) == ("-0.5", "3.5", "0.0421")

@@ -27,8 +27,8 @@ from gradcam_cli.vocab import Method, values
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm", ".jfif"})
 GLOB_CHARS = set("*?[")
-# what OutputNamer writes: NAME.METHOD.png, NAME.METHOD.classN.png, NAME.METHOD[.classN].guided.png
-OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in values(Method)) + r")(\.class\d+)?(\.guided)?\.png$")
+# what OutputNamer writes: NAME.METHOD.png, NAME.METHOD.classN.png, NAME.METHOD[.classN].guided.png, and compare's NAME.compare.png
+OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in [*values(Method), "compare"]) + r")(\.class\d+)?(\.guided)?\.png$")
 NAME_MAX = 255  # bytes in one path component on ext4, XFS, btrfs, APFS, NTFS
 PATH_MAX = 4096  # bytes in a whole path on Linux
 STDIN_GIVE_UP = 1 << 20  # a "line" of a megabyte is no path list: stop reading stdin

@@ -22,17 +22,24 @@ from gradcam_cli.model.hub import SOURCES
 from torch import nn
 
 OPEN_AT_SIZES = 3  # a child whose children work at this many resolutions or more holds stages, not one
+MAPS_INSIDE = 2  # a child with no map of its own holds stages when the maps inside it span this many resolutions
 
 if TYPE_CHECKING:
     from gradcam_cli.model.hub import ModelSource
 
 
 def stage_paths(
-    model: nn.Module, arch: str = "", source: ModelSource | None = None, notice: Callable[[str], None] | None = None
+    model: nn.Module,
+    arch: str = "",
+    source: ModelSource | None = None,
+    notice: Callable[[str], None] | None = None,
+    *,
+    input_hw: tuple[int, int] | None = None,
 ) -> list[str]:
     """One dotted layer path per stage, in forward order; the model's own hub first, then the registry, then the probe.
 
-    Paths are canonical (`blocks.11.norm1`, not `blocks.-1.norm1`) and each module comes once.
+    Paths are canonical (`blocks.11.norm1`, not `blocks.-1.norm1`) and each module comes once. `input_hw`: the size
+    the probe forward runs at, the run's own (⟨input_size⟩); None: the size the model declares, else 224x224.
     """
     hubs = SOURCES if source is None else (source, *SOURCES)
     for hub in dict.fromkeys(hubs):  # each hub asked once
@@ -42,7 +49,7 @@ def stage_paths(
         paths = _modules_of(model, named, hub.name, notice or (lambda _m: None))
         if paths:
             return paths
-    paths = probed_stages(model)
+    paths = probed_stages(model, input_hw)
     if not paths:
         raise LayerError("no layer of this model outputs a spatial map, so it has no stages to sweep; name the layers with ⟨layers⟩")
     return paths
@@ -67,20 +74,26 @@ def _modules_of(model: nn.Module, named: list[str], hub: str, notice: Callable[[
     return found
 
 
-def probed_stages(model: nn.Module) -> list[str]:
+def probed_stages(model: nn.Module, input_hw: tuple[int, int] | None = None) -> list[str]:
     """The probe-forward rule: the outermost modules at which the spatial size changes, in forward order.
 
-    The root's children are taken in the order they finished, and a child
-    whose own children work at several resolutions (a `features` Sequential)
-    or that never ran itself (a ModuleList the forward loops over) is opened
-    into them; of each run of these at one size, the last is the stage (a
-    container finishes after its children). Token grids count as maps.
+    The root's children are taken in the order they finished, and a child is
+    opened into its own children (and so on down) when it holds several
+    stages: its children work at three resolutions or more (a `features`
+    Sequential), it never runs itself (a ModuleList the forward loops over),
+    or it outputs no map while maps at two resolutions or more are made
+    inside it (a featurizer that pools and flattens, as DomainBed's
+    `nn.Sequential(Featurizer, Linear)`, however deep the backbone sits in it).
+    Of each run of these at one size, the last is the stage (a container
+    finishes after its children). When that finds nothing, a child with no map
+    of its own is opened for maps at one resolution too. Token grids count as maps.
     """
-    sizes = spatial_sizes(model, default_input_hw(model))
+    sizes = spatial_sizes(model, input_hw or default_input_hw(model))
     order = {name: index for index, name in enumerate(sizes)}
+    found = _opened(model, "", sizes, order, MAPS_INSIDE) or _opened(model, "", sizes, order, 1)
     stages: list[str] = []
     size = None
-    for name in _opened(model, "", sizes, order):
+    for name in found:
         if sizes[name] != size:
             stages.append(name)
             size = sizes[name]
@@ -89,15 +102,17 @@ def probed_stages(model: nn.Module) -> list[str]:
     return stages
 
 
-def _opened(module: nn.Module, prefix: str, sizes: dict, order: dict[str, int]) -> list[str]:
-    """The module's children with a spatial output, in finishing order; a child whose own children span several
-    resolutions, or that never ran while they did, is replaced by them (and so on down)."""
+def _opened(module: nn.Module, prefix: str, sizes: dict, order: dict[str, int], inside: int) -> list[str]:
+    """The module's children with a spatial output, in finishing order; a child whose own children span
+    OPEN_AT_SIZES resolutions, that never runs itself, or that outputs no map while its modules make maps at `inside`
+    resolutions or more, is replaced by them (and so on down)."""
     names = []
     for child_name, child in module.named_children():
         name = f"{prefix}{child_name}"
-        inner = {sizes[f"{name}.{n}"] for n, _ in child.named_children() if f"{name}.{n}" in sizes}
-        if len(inner) >= OPEN_AT_SIZES or (name not in sizes and never_runs(child)):
-            names += _opened(child, f"{name}.", sizes, order)
+        own = {sizes[f"{name}.{n}"] for n, _ in child.named_children() if f"{name}.{n}" in sizes}
+        within = {sizes[f"{name}.{n}"] for n, _ in child.named_modules() if n and f"{name}.{n}" in sizes}
+        if len(own) >= OPEN_AT_SIZES or (name not in sizes and (never_runs(child) or len(within) >= inside)):
+            names += _opened(child, f"{name}.", sizes, order, inside)
         elif name in sizes:
             names.append(name)
     return sorted(names, key=order.__getitem__)

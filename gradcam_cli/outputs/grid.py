@@ -2,17 +2,20 @@
 
 The layout, top to bottom and left to right:
 
-    header      the class and its probability (and what the caller adds), on one line
+    header      the class and its probability (and what the caller adds), and the
+                colour scale (legend.py): on one line, or the scale on a line of its own
     labels      "input" over the first column, then each method over its column
-    rows        a gutter with the row's label (the layer), then the first column,
-                then one cell per method
+    rows        a gutter with the row's label (the layer, and a note: its map's
+                resolution), then the first column, then one cell per method
 
 The first column shows the input photo in the first row and is empty below
 it, so the original is where the eye starts and every map lies in line with
 the others of its layer and its method. Every cell is the photo's size scaled
-so that its longest side is `cell` pixels (256 by default) whatever the
-aspect; a very tall or very wide photo sits centred in a slot of at least half
-that, so labels keep room to be read. The fonts (Pillow's scalable default font,
+so that its longest side is `cell` pixels (256 by default), the aspect kept; a
+panorama (or a tall strip) grows until its short side is half a cell, its long
+side at most four cells, so it is seen, not a sliver in white space; a
+sliver thinner still sits centred in a slot of half a cell, so labels keep
+room to be read. The fonts (Pillow's scalable default font,
 nothing to install) are sized from `cell`, not from the grid, so a 2x2 grid and
 a 6x8 one read alike; a label too long for its place is cut with '…', never
 drawn past it. Pixels only: numpy and Pillow, no model.
@@ -25,12 +28,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gradcam_cli.outputs.legend import MINMAX, Scale, draw_legend, legend_width
 from gradcam_cli.outputs.text import fitted, font, one_line
+from gradcam_cli.vocab import Colormap
 
 import numpy as np
 
 CELL = 256  # the longest side of every cell, in pixels
 MIN_SLOT = 0.5  # a slot's short side is at least this share of `cell`: a sliver of a photo still gets a readable label
+LONGEST = 4  # a panorama's cell is at most this many cells long: its short side grows to half a cell up to there
 TEXT = 0.07  # label text height as a share of `cell` (18 px at 256)
 HEADER = 1.3  # the header's text, this much larger than the labels'
 GUTTER = 0.6  # the row labels' gutter, as a share of `cell`
@@ -53,12 +59,18 @@ class Grid:
     input_label: Box
     column_labels: tuple[Box, ...]
     row_labels: tuple[Box, ...]
+    legend: Box  # the colour scale, in the header band
+    bar: Box  # its colours, 0 at the left to 1 at the right
 
 
 def cell_size(photo_hw: tuple[int, int], cell: int = CELL) -> tuple[int, int]:
-    """(width, height) of a cell for a photo of (height, width): the longest side `cell`, the aspect kept."""
+    """(width, height) of a cell for a photo of (height, width), the aspect kept: the longest side `cell`; a long thin
+    photo (a panorama) grows until its short side is half a cell, its long side at most LONGEST cells."""
     height, width = photo_hw
-    scale = cell / max(height, width)
+    long, short = max(height, width), min(height, width)
+    scale = cell / long
+    if short * scale < cell * MIN_SLOT:
+        scale = min(cell * MIN_SLOT / short, cell * LONGEST / long)
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 
@@ -110,16 +122,25 @@ def draw_grid(
     header: str,
     input_label: str = "input",
     cell: int = CELL,
+    notes: Sequence[str] | None = None,
+    scale: Scale | None = None,
+    colormap: Colormap = Colormap.jet,
 ) -> Grid:
-    """The grid of `cells[row][column]` (each an RGB picture of the photo's size) with its labels and the photo."""
+    """The grid of `cells[row][column]` (each an RGB picture of the photo's size) with its labels and the photo.
+
+    `notes`: a few words after each row's label (its layer's map resolution, `7×7`); `scale`: what the ends of the
+    colour bar in the header mean (None: ⟨norm=minmax⟩'s 0 to 1), the bar in `colormap`'s colours.
+    """
     _check(photo, cells, rows, columns)
     from PIL import Image, ImageDraw
 
-    layout = _Layout.of(photo.shape[:2], cell, rows)
-    head_h, label_h = layout.band(layout.header_text), layout.band(layout.text)
+    notes = list(notes) if notes is not None else [""] * len(rows)
+    layout = _Layout.of(photo.shape[:2], cell, [_noted(label, note) for label, note in zip(rows, notes)])
     left = layout.margin + layout.gutter
-    top = layout.margin + head_h + label_h
     width = left + (len(columns) + 1) * (layout.slot_w + layout.gap) - layout.gap + layout.margin
+    head = _Header.plan(header, scale or MINMAX, layout, width - 2 * layout.margin)
+    label_h = layout.band(layout.text)
+    top = layout.margin + head.height + label_h
     height = top + len(rows) * (layout.slot_h + layout.gap) - layout.gap + layout.margin
     canvas = Image.new("RGB", (width, height), BACKGROUND)
     ink = ImageDraw.Draw(canvas)
@@ -132,23 +153,51 @@ def draw_grid(
     def paste(rgb: np.ndarray, box: Box) -> None:
         canvas.paste(Image.fromarray(fit_cell(rgb, (box[2], box[3]))), (box[0], box[1]))
 
-    header_box = (layout.margin, layout.margin, width - 2 * layout.margin, head_h)
-    _write(ink, header, header_box, layout.header_text)
-    label_y = layout.margin + head_h
+    header_box, legend_box, bar = head.draw(canvas, ink, layout, colormap)
+    label_y = layout.margin + head.height
     label_boxes = [(left + c * (layout.slot_w + layout.gap), label_y, layout.slot_w, label_h) for c in range(len(columns) + 1)]
     for text, box in zip([input_label, *columns], label_boxes):
         _write(ink, text, box, layout.text, centred=True)
     row_boxes = []
-    for r, label in enumerate(rows):
+    for r, (label, note) in enumerate(zip(rows, notes)):
         row_boxes.append((layout.margin, top + r * (layout.slot_h + layout.gap), layout.gutter - layout.gap, layout.slot_h))
-        _write_lines(ink, label, row_boxes[-1], layout.text)
+        _write_lines(ink, label, row_boxes[-1], layout.text, note)
     input_box = slot(0, 0)
     paste(photo, input_box)
     boxes = tuple(tuple(slot(r, c + 1) for c in range(len(columns))) for r in range(len(rows)))
     for row, row_cells in zip(boxes, cells):
         for box, rgb in zip(row, row_cells):
             paste(rgb, box)
-    return Grid(np.asarray(canvas), boxes, input_box, header_box, label_boxes[0], tuple(label_boxes[1:]), tuple(row_boxes))
+    return Grid(np.asarray(canvas), boxes, input_box, header_box, label_boxes[0], tuple(label_boxes[1:]), tuple(row_boxes), legend_box, bar)
+
+
+@dataclass(frozen=True)
+class _Header:
+    """The header's text and the colour scale: on one line when both fit whole, else the scale on a line of its own."""
+
+    text: str
+    scale: Scale
+    legend_w: int
+    beside: bool
+    height: int
+
+    @staticmethod
+    def plan(text: str, scale: Scale, layout: _Layout, room: int) -> _Header:
+        legend_w = legend_width(scale, layout.text)
+        head_h = layout.band(layout.header_text)
+        beside = font(layout.header_text).getlength(one_line(text)) + 2 * INSET + 2 * layout.gap + legend_w <= room
+        return _Header(text, scale, legend_w, beside, head_h if beside else head_h + layout.band(layout.text))
+
+    def draw(self, canvas: Any, ink: Any, layout: _Layout, colormap: Colormap) -> tuple[Box, Box, Box]:
+        """The header drawn; its box, the legend's box and the colour bar's."""
+        margin, room = layout.margin, canvas.width - 2 * layout.margin
+        head_h = layout.band(layout.header_text)
+        text_w = room - self.legend_w - 2 * layout.gap if self.beside else room
+        _write(ink, self.text, (margin, margin, text_w, head_h), layout.header_text)
+        line_y, line_h = (margin, head_h) if self.beside else (margin + head_h, self.height - head_h)
+        legend = (margin + room - self.legend_w, line_y, self.legend_w, line_h)
+        bar = draw_legend(canvas, legend[0], line_y, line_h, self.scale, colormap, layout.text, INK)
+        return (margin, margin, room, self.height), legend, bar
 
 
 def _check(photo: np.ndarray, cells: Sequence[Sequence[np.ndarray]], rows: Sequence[str], columns: Sequence[str]) -> None:
@@ -194,12 +243,26 @@ def wrapped(text: str, size: int, width: int, most: int) -> list[str]:
     return [line for line in lines if line]
 
 
-def _write_lines(ink: Any, text: str, box: Box, size: int) -> None:
-    """A row label in the gutter: as many lines as the row's height holds, the block centred on the row."""
+NOTE = " · "  # between a row's label and its note: `layer4 · 7×7`
+
+
+def _noted(label: str, note: str) -> str:
+    return f"{label}{NOTE}{note}" if note else label
+
+
+def _write_lines(ink: Any, text: str, box: Box, size: int, note: str = "") -> None:
+    """A row label in the gutter: as many lines as the row's height holds, the block centred on the row; the note
+    after the label on its last line (`layer4 · 7×7`) or on a line of its own, never cut while a line fits."""
     face = font(size)
     ascent, descent = face.getmetrics()
     step = ascent + descent
-    lines = wrapped(one_line(text), size, box[2] - 2 * INSET, box[3] // step)
+    room, most = box[2] - 2 * INSET, box[3] // step
+    shown = one_line(note)
+    lines = wrapped(one_line(text), size, room, most - 1 if shown and most > 1 else most)
+    if shown and lines and face.getlength(lines[-1] + NOTE + shown) <= room:
+        lines[-1] += NOTE + shown
+    elif shown and len(lines) < most:
+        lines.append(fitted(shown, face, room))
     y = box[1] + (box[3] - step * len(lines)) / 2
     for line in lines:
         ink.text((box[0] + INSET, y), line, fill=INK, font=face)

@@ -4,13 +4,15 @@ On busy or similar-coloured photos the object vanishes under a jet overlay at
 alpha 0.5, so `--style` also offers the map beside the untouched photo and
 iso-lines of the map over it. `--caption` writes what the picture shows (class,
 probability, method, layer) on a band under it, in Pillow's scalable default
-font, sized from the picture so it stays legible from a thumbnail to a poster.
+font, sized from the picture so it stays legible from a thumbnail to a poster,
+with the colour scale of the map (legend.py): the colour map, and what its ends mean.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from gradcam_cli.outputs.legend import Scale
 from gradcam_cli.outputs.render import colorize, overlay
 from gradcam_cli.vocab import Colormap, Style
 
@@ -27,10 +29,12 @@ def draw(
     colormap: Colormap = Colormap.jet,
     alpha: float = 0.5,
     caption: str | None = None,
+    scale: Scale | None = None,
 ) -> np.ndarray:
-    """What an output PNG holds: the picture in its style, with its caption band when one is asked for."""
+    """What an output PNG holds: the picture in its style, with its caption band when one is asked for (holding the
+    colour scale, `scale` saying what its ends mean: render.display_scale)."""
     rgb = picture(image, shown, style=style, colormap=colormap, alpha=alpha)
-    return captioned(rgb, caption) if caption else rgb
+    return captioned(rgb, caption, scale, colormap) if caption else rgb
 
 
 def picture(
@@ -73,19 +77,30 @@ def _off_the_edge(points: np.ndarray, size: tuple[int, ...]) -> list[np.ndarray]
     return [run.astype(np.int32) for run, keep in zip(runs, flags) if keep[0] and len(run) > 1]
 
 
-def captioned(rgb: np.ndarray, text: str) -> np.ndarray:
-    """The picture with a dark band under it holding `text` in white, cut with '…' when it would not fit."""
+def captioned(rgb: np.ndarray, text: str, scale: Scale | None = None, colormap: Colormap = Colormap.jet) -> np.ndarray:
+    """The picture with a dark band under it holding `text` in white, cut with '…' when it would not fit, and the colour
+    scale of the map (`scale`: what its ends mean; None: ⟨norm=minmax⟩'s 0 to 1): on the text's line, right-aligned,
+    when both fit whole; else on a line of its own under the text; left out on a picture too narrow to hold it."""
     from PIL import Image, ImageDraw
 
+    from gradcam_cli.outputs.legend import MINMAX, draw_legend, legend_width
     from gradcam_cli.outputs.text import fitted, font
 
     height, width = rgb.shape[:2]
     size = max(MIN_TEXT_PX, round(min(height, width) * TEXT_FRACTION))
     face = font(size)
     margin = max(2, size // 3)
-    band = Image.new("RGB", (width, size + 2 * margin), (24, 24, 24))
+    room = width - 2 * margin
+    scale = scale or MINMAX
+    legend = legend_width(scale, size)
+    beside = face.getlength(text) + 2 * margin + legend <= room
+    below = not beside and legend <= room
+    band = Image.new("RGB", (width, size + 2 * margin + (size + margin if below else 0)), (24, 24, 24))
     draw = ImageDraw.Draw(band)
-    draw.text((margin, margin), fitted(text, face, width - 2 * margin, nothing="…"), fill=(255, 255, 255), font=face)
+    draw.text((margin, margin), fitted(text, face, room, nothing="…"), fill=(255, 255, 255), font=face)
+    if beside or below:
+        x, y = (width - margin - legend, margin) if beside else (margin, 2 * margin + size)
+        draw_legend(band, x, y, size, scale, colormap, size, (255, 255, 255))
     return np.concatenate([np.ascontiguousarray(rgb, dtype=np.uint8), np.asarray(band)], axis=0)
 
 

@@ -21,6 +21,7 @@ from gradcam_cli.outputs.files import remove_stale_temps, with_text, write_atomi
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.provenance import STAMP_KEY, Provenance, making
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
+from gradcam_cli.outputs.legend import display_scale
 from gradcam_cli.outputs.picture import caption_text, draw
 from gradcam_cli.outputs.render import encode_npy, encode_png, guided_photo, photo_maps
 from gradcam_cli.vocab import Colormap, Style, TargetKind
@@ -211,7 +212,8 @@ class ResultWriter:
         shown, raw = photo_maps(cam, geometry, raw_norm=self.raw_norm, with_raw=raw_path is not None)
         if raw_path is not None and raw is not None:
             write_atomic(raw_path, encode_npy(raw))
-        drawn = draw(image, shown, style=self.style, colormap=self.colormap, alpha=self.alpha, caption=caption)
+        scale = display_scale(cam, self.raw_norm) if caption else None  # the caption band's colour scale
+        drawn = draw(image, shown, style=self.style, colormap=self.colormap, alpha=self.alpha, caption=caption, scale=scale)
         write_atomic(overlay_path, self._stamped(encode_png(drawn)))
 
     def _write_guided(self, geometry: Geometry, image: torch.Tensor, path: Path) -> None:

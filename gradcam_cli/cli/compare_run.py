@@ -1,0 +1,369 @@
+"""One run of `gradcam compare`: the model loaded once, the rows resolved, then each image's grid, record and line.
+
+It runs as explain's does: the inputs scanned before the model loads, the
+progress line and the cost of masked forwards on stderr, Ctrl-C and SIGTERM a
+request to stop before the next cell (every grid written is whole and kept),
+each record in the output folder's records file and the run in its runs file,
+grids named by explain's rule (`OUT/<input path>.compare.png`, never an input
+of the run, never read back as one), and every warning one `gradcam:` line.
+Its messages name compare's own flags (`--methods`, `--layers`).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, names_input, progress_line
+from gradcam_cli.cli.signals import HANDLED, StopRequests
+from gradcam_cli.errors import ExitCode, GradcamError, InputError, Interrupted, OutputError, spell_as_argument, spelled
+from gradcam_cli.option_table import as_flag
+from gradcam_cli.settings import ExplainSettings
+
+GRID_NAME = "compare"  # OUT/<input path>.compare.png: explain's naming rule, with `compare` where it has the method
+OWN_FLAGS = {"method": "--methods", "layers": "--layers"}  # compare's spelling of the table's --method and --layer
+
+
+def compare_flag(name: str, rest: str | None) -> str:
+    """An option mark as compare's command line spells it: ⟨method=gradcam⟩ → --methods gradcam, ⟨layers⟩ → --layers."""
+    if name in OWN_FLAGS:
+        return f"{OWN_FLAGS[name]} {rest[1:]}" if rest and rest.startswith("=") else OWN_FLAGS[name]
+    return as_flag(name, rest)
+
+
+def in_compare_flags(error: GradcamError) -> GradcamError:
+    """The error with its option marks spelled as compare's flags (main would spell ⟨layers⟩ as explain's --layer)."""
+    error.message = spelled(error.message, compare_flag)
+    error.hint = spelled(error.hint, compare_flag) if error.hint else error.hint
+    return error
+
+
+@dataclass(frozen=True)
+class CompareRecord:
+    """What `gradcam compare` says of one image: its grid, and where each cell of it is."""
+
+    input: str
+    ok: bool
+    error: str | None = None
+    model: str | None = None
+    class_index: int | None = None
+    class_name: str | None = None
+    probability: float | None = None
+    output: str | None = None
+    outputs: list[str] = field(default_factory=list)  # the grid again, where `gradcam report` looks for a picture
+    rows: list[str] = field(default_factory=list)  # the layers, top to bottom
+    resolutions: list[list[int] | None] = field(default_factory=list)  # each row's map: [height, width] (None: not known)
+    columns: list[str] = field(default_factory=list)  # the methods, left to right
+    cells: list[dict[str, Any]] = field(default_factory=list)  # row, col, layer, method, blank, range, box [x, y, w, h]
+
+    def to_json(self) -> str:
+        from gradcam_cli.outputs.records import utf8
+
+        record = {k: utf8(v) if isinstance(v, str) else v for k, v in asdict(self).items()}
+        return json.dumps(record, ensure_ascii=False, allow_nan=False)
+
+    def human_line(self) -> str:
+        if not self.ok:
+            error = self.error or "failed"
+            return f"✗ {error}" if names_input(error, self.input) else f"✗ {self.input}: {error}"
+        name = f" {self.class_name}" if self.class_name else ""
+        blank = sum(cell["blank"] for cell in self.cells)
+        note = f"  ({blank} blank map{'s' if blank > 1 else ''}: no positive evidence there)" if blank else ""
+        size = f"{len(self.rows)}x{len(self.columns)} (layers x methods)"
+        return f"✓ {self.input} → {self.output}  class {self.class_index}{name} p={self.probability:.3f}  {size}{note}"
+
+    def remarks(self) -> list[str]:
+        """What stderr says of the image beside its JSON record: why it failed, which cells are blank."""
+        if not self.ok:
+            return [self.error or f"{self.input}: failed"]
+        blank = [f"{cell['method']} @ {cell['layer']}" for cell in self.cells if cell["blank"]]
+        return [f"{self.input}: blank maps (no positive evidence) for {', '.join(blank)}"] if blank else []
+
+
+class GridReporter(Reporter):
+    """explain's console, for grids: the record (and its remarks) or the line, above the progress line, which advances."""
+
+    def record(self, record: CompareRecord) -> None:
+        from gradcam_cli.outputs.records import ImageRecord
+
+        if self.stdout_closed:
+            return
+        if self.as_json:
+            for remark in record.remarks():
+                self.warn(remark)
+            self._out(record.to_json())
+        else:
+            self._out(record.human_line())
+        if self.progress:
+            self.progress.advance(ImageRecord(input=record.input, ok=record.ok))
+
+
+class Comparison:
+    """One run of `gradcam compare`: the model loaded once, the layers resolved, then each image's grid and record."""
+
+    def __init__(self, settings: ExplainSettings, streams: Streams, as_json: bool, quiet: bool) -> None:
+        self.settings, self.streams, self.as_json, self.quiet = settings, streams, as_json, quiet
+        self.reporter = GridReporter(streams, as_json, None)
+        self.said: set[str] = set()  # every remark said, in compare's flags and as the Python API spells it
+        self.records: list[CompareRecord] = []
+        self.total = 0
+        self.folders: set[Path] = set()
+
+    def warn(self, message: str) -> None:
+        """A remark on stderr, one line, each said once, its option marks spelled as compare's flags."""
+        text = " ".join(spelled(message, compare_flag).split())
+        if text not in self.said:
+            self.said.update((text, " ".join(spelled(message, spell_as_argument).split())))
+            self.reporter.warn(text)
+
+    @contextmanager
+    def _warnings_as_lines(self) -> Iterator[None]:
+        """Every warning raised while comparing (the model's code, torch, the library) is one `gradcam:` line."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", UserWarning)  # said once by warn(), not once per place in the code
+            warnings.showwarning = lambda message, *_rest, **_kw: self.warn(str(message))
+            yield
+
+    def run(self, inputs: list[str], columns: list[str], paths: list[str] | None) -> int:
+        """Scan, load, compare; a signal stops the run before the next cell, the grids written so far kept."""
+        from gradcam_cli.inputs.sources import iter_sources
+
+        stops = StopRequests()
+        try:
+            with stops, self._warnings_as_lines():  # the model's loading too
+                scan = iter_sources(
+                    inputs, self.streams.stdin, self.settings.inputs.recursive, self.settings.outputs.output_dir, notice=self.warn
+                )
+                sources = list(stops.at_once(scan))  # reading paths on stdin may wait for ever: a signal stops it at once
+                self.total = len(sources)
+                if all(source.error for source in sources):  # nothing to compare: no model load
+                    return self._finish([self._failed(source.path, source.error or "") for source in sources])
+                self.reporter = GridReporter(self.streams, self.as_json, progress_line(self.streams, self.quiet, len(sources), "compared"))
+                try:
+                    self._compare_all(stops, sources, columns, paths)
+                finally:
+                    self.reporter.close()
+                    self.reporter = GridReporter(self.streams, self.as_json, None)
+        except Interrupted as error:
+            raise Interrupted(self._stopped(stops.signum), error.exit_code) from None
+        return self._finish(self.records, reported=True)
+
+    def _stopped(self, signum: int | None) -> str:
+        """explain's words on a stop, with what this run did: every grid written is whole and stays."""
+        name = HANDLED.get(signum or 0, ("Ctrl-C", None))[0]
+        done = sum(record.ok for record in self.records)
+        return f"interrupted by {name}; every file written is complete; {done} of {self.total} images compared, their grids kept"
+
+    def _compare_all(self, stops: StopRequests, sources: list[Any], columns: list[str], paths: list[str] | None) -> None:
+        from gradcam_cli.outputs.naming import OutputNamer, ensure_writable
+
+        output_dir = self.settings.outputs.output_dir
+        ensure_writable(output_dir)
+        ready, rows = self._load(paths)
+        self._prepare(ready, rows, columns)
+        resolutions = self._resolutions(ready, rows)
+        if self.reporter.progress:
+            self.reporter.progress.loaded()
+        namer = OutputNamer(output_dir, GRID_NAME)
+        for source in sources:  # known before any grid is written: none may replace an input
+            namer.protect(source.path)
+        files = self._run_files(ready, rows, columns)
+        stopped = True
+        try:
+            with stops.deferred():  # a signal waits for the next cell
+                for source in sources:
+                    stops.checkpoint()
+                    record = self._one(stops, ready, namer, source, rows, resolutions, columns)
+                    files.records.write(record.to_json())  # on disk before stdout, which may be gone (`| head`)
+                    self.records.append(record)
+                    self.reporter.record(record)
+            stopped = False
+        finally:
+            failed = sum(not record.ok for record in self.records)
+            files.finish({"total": len(self.records), "done": len(self.records) - failed, "failed": failed}, interrupted=stopped)
+
+    def _load(self, paths: list[str] | None) -> tuple[Any, list[str]]:
+        """The model as explain() takes it, and the rows' layers, canonical; a bad layer stops here, before any image."""
+        from gradcam_cli import api
+        from gradcam_cli.layers.paths import resolve_layer
+        from gradcam_cli.layers.stages import stage_paths
+
+        model = self.settings.model
+        with warnings.catch_warnings(record=True) as caught:  # load_model() warns its notices: said below in flags
+            warnings.simplefilter("always")
+            ready = api.load_model(
+                model.name, model.weights, model.labels, pretrained=model.pretrained, device=self.settings.run.device,
+                model_kwargs=dict(model.kwargs), ema=model.ema, output=model.output, **model.preprocessing(),
+            )  # fmt: skip
+        for notice in ready.notices:
+            self.warn(notice)
+        for warning in caught:  # the model's own code may warn too
+            self.warn(str(warning.message))
+        if paths is None:
+            return ready, stage_paths(ready.model, ready.arch, ready.source, notice=self.warn, input_hw=ready.data_config.input_hw)
+        return ready, list(dict.fromkeys(resolve_layer(ready.model, path, ready.name).name for path in paths))
+
+    def _prepare(self, ready: Any, rows: list[str], columns: list[str]) -> None:
+        """Each method prepared as explain prepares a run, on every row, before any image: its options checked, the
+        classes found, and what scorecam's and ablationcam's masked forwards will cost said."""
+        from gradcam_cli.run.prepare import prepare_run
+        from gradcam_cli.vocab import Method
+
+        for method in columns:
+            target = replace(self.settings.target, method=Method(method), layers=tuple(rows))
+            prepared = prepare_run(replace(self.settings, target=target), loaded=ready, device=ready.device, warn=self.warn)
+            for notice in prepared.notices:
+                self.warn(notice)
+
+    def _resolutions(self, ready: Any, rows: list[str]) -> list[tuple[int, int] | None]:
+        """Each row's map size (the layer's spatial output, a token grid read as a run reads it) from one probe forward."""
+        from gradcam_cli.layers.tree import spatial_sizes
+
+        try:
+            sizes = spatial_sizes(ready.model, ready.data_config.input_hw)
+        except (GradcamError, RuntimeError, ValueError):  # the rows still draw; only their notes are missing
+            sizes = {}
+        return [sizes.get(layer, self.settings.target.grid) for layer in rows]
+
+    def _run_files(self, ready: Any, rows: list[str], columns: list[str]) -> Any:
+        """The output folder's records file and the run's lines in its runs file, as explain and eval keep them."""
+        from gradcam_cli import __version__
+        from gradcam_cli.outputs.run_files import RunFiles, run_line
+
+        what = run_line(
+            self.settings, self.streams.command, version=__version__, model=ready.name, method=",".join(columns), layers=rows,
+            device=str(ready.device),
+        )  # fmt: skip
+        return RunFiles(self.settings.outputs.output_dir, what)
+
+    def _one(
+        self, stops: StopRequests, ready: Any, namer: Any, source: Any, rows: list[str], resolutions: list, columns: list[str]
+    ) -> CompareRecord:
+        """One image's record: its grid written, or why it failed (the other images go on)."""
+        try:
+            if source.error:
+                raise InputError(source.error)
+            return self._grid(stops, ready, namer, source, rows, resolutions, columns)
+        except InputError as error:  # explain() names an array input `<array>`: here it has its path
+            message = in_compare_flags(error).spelled(as_flag).replace("<array>", str(source.path), 1)
+            return self._failed(source.path, message)
+
+    def _grid(
+        self, stops: StopRequests, ready: Any, namer: Any, source: Any, rows: list[str], resolutions: list, columns: list[str]
+    ) -> CompareRecord:
+        """The image's cells, each as explain() gives it, drawn into the grid and written; its record."""
+        from gradcam_cli.inputs.decode import load_image
+        from gradcam_cli.outputs.grid import draw_grid
+        from gradcam_cli.outputs.legend import EACH_RAW, MINMAX
+        from gradcam_cli.outputs.naming import OutputNamer
+        from gradcam_cli.vocab import Norm
+
+        base = OutputNamer.base_for(source.relative)
+        namer.check(base)
+        output = namer.paths(base, None, False)[0]
+        photo = load_image(source.path, self.settings.inputs.max_pixels)
+        cells = self._cells(stops, photo, ready, source.path, rows, columns)
+        first = cells[0][0]
+        name = first.class_name or f"class {first.class_index}"
+        notes = [f"{size[0]}x{size[1]}" if size else "" for size in resolutions]
+        scale = EACH_RAW if self.settings.maps.norm is Norm.none else MINMAX
+        grid = draw_grid(
+            photo, [[cell.overlay_rgb for cell in row] for row in cells], rows=rows, columns=columns,
+            header=f"{name}  p={first.probability:.2f}  ·  {ready.name}", notes=notes, scale=scale, colormap=self.settings.outputs.colormap,
+        )  # fmt: skip
+        self._write(output, grid.picture)
+        boxes = [
+            {"row": r, "col": c, "layer": rows[r], "method": columns[c], "blank": cells[r][c].blank, "range": cells[r][c].range,
+             "box": list(box)}
+            for r, row in enumerate(grid.cells)
+            for c, box in enumerate(row)
+        ]  # fmt: skip
+        return CompareRecord(
+            input=str(source.path), ok=True, model=ready.name, class_index=first.class_index, class_name=first.class_name,
+            probability=first.probability, output=str(output), outputs=[str(output)], rows=rows,
+            resolutions=[list(size) if size else None for size in resolutions], columns=columns, cells=boxes,
+        )  # fmt: skip
+
+    def _cells(self, stops: StopRequests, photo: Any, ready: Any, path: Path, rows: list[str], columns: list[str]) -> list[list[Any]]:
+        """Every cell of the image, the progress line saying which; a stop request is honoured before each."""
+        classes: Any = self.settings.target.classes[0] if self.settings.target.classes else None
+        progress = self.reporter.progress
+        cells: list[list[Any]] = []
+        for r, layer in enumerate(rows):
+            cells.append([])
+            for c, method in enumerate(columns):
+                stops.checkpoint()
+                if progress:
+                    progress.doing(f"{path.name}: {method} @ {layer} ({r * len(columns) + c + 1}/{len(rows) * len(columns)})")
+                cell = _Cell.of(self._explain(photo, ready, layer, method, classes))
+                classes = cell.class_index  # every cell explains the class of the first
+                cells[-1].append(cell)
+        return cells
+
+    def _explain(self, photo: Any, ready: Any, layer: str, method: str, classes: Any) -> Any:
+        """One cell: explain() with the run's options (its warnings are lines, each said once)."""
+        from gradcam_cli import api
+
+        s = self.settings
+        return api.explain(
+            photo, ready, layers=layer, method=method, classes=classes, crop=s.inputs.crop, colormap=s.outputs.colormap.value,
+            alpha=s.outputs.alpha, relu=s.maps.relu, norm=s.maps.norm.value, eigen_smooth=s.maps.eigen_smooth,
+            aug_smooth=s.maps.aug_smooth, cam_batch_size=s.maps.cam_batch_size, grid=s.target.grid, precision=s.run.precision.value,
+        )  # fmt: skip
+
+    def _write(self, output: Path, picture: Any) -> None:
+        from gradcam_cli.outputs.files import remove_stale_temps, write_atomic
+        from gradcam_cli.outputs.render import encode_png
+
+        try:
+            if output.parent not in self.folders:  # the first grid in a folder: a killed run's temporary files cleared
+                output.parent.mkdir(parents=True, exist_ok=True)
+                remove_stale_temps(output.parent)
+                self.folders.add(output.parent)
+            write_atomic(output, encode_png(picture))
+        except OSError as error:
+            raise OutputError(f"cannot write {output}: {error.strerror or error}; choose another ⟨output_dir⟩") from None
+
+    def _failed(self, path: Path, message: str) -> CompareRecord:
+        return CompareRecord(input=str(path), ok=False, error=message or f"{path}: failed")
+
+    def _finish(self, records: list[CompareRecord], reported: bool = False) -> int:
+        if not reported:
+            for record in records:
+                self.reporter.record(record)
+        failed = sum(not record.ok for record in records)
+        if not records:
+            self.streams.warn(NO_IMAGE_FOUND)
+            return ExitCode.SOME_INPUTS_FAILED
+        if not self.quiet:
+            where = f"; grids in {self.settings.outputs.output_dir}/" if failed < len(records) else ""
+            self.streams.warn(f"compared {len(records) - failed} of {len(records)} images{f', {failed} failed' if failed else ''}{where}")
+        return ExitCode.SOME_INPUTS_FAILED if failed else ExitCode.OK
+
+
+@dataclass(frozen=True)
+class _Cell:
+    """What the grid and the record keep of one cell: its overlay, class, blank flag and the range of its map's values."""
+
+    overlay_rgb: Any
+    class_index: int
+    class_name: str | None
+    probability: float | None
+    blank: bool
+    range: list[float]  # the map's lowest and highest value as computed: [0, 1] with minmax, its raw values with none
+
+    @staticmethod
+    def of(explained: Any) -> _Cell:
+        import numpy as np
+
+        target = explained.targets[0]
+        raw = target.raw
+        return _Cell(
+            np.asarray(target.overlay), target.class_index, target.class_name, target.probability, bool(target.blank),
+            [round(float(raw.min()), 6), round(float(raw.max()), 6)],
+        )  # fmt: skip
