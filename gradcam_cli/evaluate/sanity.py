@@ -22,7 +22,6 @@ from torch import nn
 
 from gradcam_cli.errors import LayerError, UsageError
 from gradcam_cli.evaluate.agreement import spearman, ssim
-from gradcam_cli.evaluate.measures import SURVIVAL_THRESHOLD
 from gradcam_cli.layers.paths import resolve_layer
 from gradcam_cli.model.state import eval_mode
 
@@ -45,10 +44,6 @@ class SanityResult:
     steps: list[str]
     spearman: dict[str, torch.Tensor]
     ssim: dict[str, torch.Tensor]
-
-    def survives(self, method: str, threshold: float = SURVIVAL_THRESHOLD) -> bool:
-        """Whether the method's maps are still alike once the whole cascade ran: its last step's mean Spearman."""
-        return bool(self.spearman[method][-1].mean() >= threshold)
 
 
 def _owns_parameters(module: nn.Module) -> bool:
