@@ -206,6 +206,42 @@ def test_road_through_the_command(run_cli, scenes, tmp_path: Path) -> None:
     assert gradcam["road"] > random["road"]
 
 
+OWN_NET = """
+import torch
+from torch import nn
+
+
+def build(num_classes, side=64):
+    # needs its class count, and inputs of exactly side x side: a Linear reads the flattened map
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(16 * (side // 4) ** 2, num_classes),
+    )
+"""
+
+
+def test_your_own_model_with_its_kwargs_and_preprocessing(run_cli, tmp_path: Path) -> None:
+    """eval takes every model option explain takes (option_table's group "model"): a factory that needs its class count
+    (--model-kwargs) and a 64x64 input (--input-size, its own --mean and --std) is evaluated, the sanity check too."""
+    from gradcam_cli.cli.eval import TABLE_OPTIONS
+    from gradcam_cli.option_table import OPTIONS
+
+    assert {option.name for option in OPTIONS if option.group == "model"} <= set(TABLE_OPTIONS)
+    (tmp_path / "net.py").write_text(OWN_NET)
+    photos = [write_image(tmp_path / f"photo{i}.png", 120, 90, seed=i) for i in range(2)]
+    given = ("--model-kwargs", "num_classes=4", "--input-size", "64", "--mean", "0.5", "--std", "0.5", "--layer", "3")
+    result = run_cli("eval", *photos, "--model", "net.py:build", *given, "--methods", "gradcam", "--metrics", "deletion,sanity",
+                     "--steps", "4", "--json", "-o", tmp_path / "out")  # fmt: skip
+    assert result.code == 0, result.stderr
+    records = result.records()
+    assert len(records) == 2 * 4 and all(r["ok"] for r in records)
+    assert all(len(r["topk"]) == 4 for r in records), "the four classes the factory was asked for"
+    assert "no preprocessing" not in result.stderr
+    gradcam = [r for r in records if r["method"] == "gradcam"]
+    assert all(r["sanity"]["steps"] == ["head", "4", "stem"] for r in gradcam), "the probe ran at the model's 64x64"
+
+
 def _one_line(result) -> str:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr

@@ -12,6 +12,9 @@ did. The model options come from the one option table, as explain's do.
 from __future__ import annotations
 
 import inspect
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,18 +25,20 @@ from gradcam_cli.cli.console import NO_IMAGE_FOUND, Streams, names_input, progre
 from gradcam_cli.cli.explain import build_report_for, command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
 from gradcam_cli.cli.signals import StopRequests
-from gradcam_cli.errors import ExitCode, UsageError
+from gradcam_cli.errors import ExitCode, UsageError, one_line, printable
 from gradcam_cli.settings import ExplainSettings, build_settings
-from gradcam_cli.option_table import BY_NAME
+from gradcam_cli.option_table import BY_NAME, OPTIONS
 from gradcam_cli.vocab import Metric, Substrate, values
 
 DEFAULT_METHODS = "gradcam,gradcam++,xgradcam,layercam"
 DEFAULT_METRICS = "deletion,insertion,drop,increase,sanity"  # and pointing when there are boxes; ROAD is opt-in (sparse solves)
 OUTPUT_DIR = "gradcam_eval"  # eval's own default folder, so its records do not mix with explain's
+# every option that builds the model or feeds it (its checkpoint, kwargs, preprocessing), as explain takes them
+MODEL_OPTIONS = tuple(option.name for option in OPTIONS if option.group == "model")
 TABLE_OPTIONS = (
-    "inputs", "model", "pretrained", "weights", "labels", "layers", "classes", "crop", "relu", "eigen_smooth", "aug_smooth",
-    "cam_batch_size", "grid", "colormap", "alpha", "output_dir", "recursive", "max_pixels", "batch_size", "device", "precision",
-    "workers", "report", "json_lines", "quiet",
+    "inputs", *MODEL_OPTIONS, "layers", "classes", "crop", "relu", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid",
+    "colormap", "alpha", "output_dir", "recursive", "max_pixels", "batch_size", "device", "precision", "workers", "report",
+    "json_lines", "quiet",
 )  # fmt: skip
 CLI_ONLY = ("inputs", "json_lines", "quiet")
 
@@ -105,7 +110,8 @@ class _Evaluation:
                 return ExitCode.SOME_INPUTS_FAILED
             progress = progress_line(self.streams, self.quiet, len(sources), verb="evaluated")
             try:
-                return self._evaluate(stops, sources, progress)
+                with _warnings_said(progress.warn if progress else self.streams.warn):
+                    return self._evaluate(stops, sources, progress)
             finally:
                 if progress:
                     progress.stop()
@@ -181,6 +187,23 @@ class _Evaluation:
         self.failed.append(path)
         line = error if names_input(error, path) else f"{path}: {error}"
         (progress.warn if progress else self.streams.warn)(line)
+
+
+@contextmanager
+def _warnings_said(warn: Callable[[str], None]) -> Iterator[None]:
+    """Python's warnings during the run (the user's model code, a library it calls) said as one line each, once, without
+    the file path and source line Python's own format adds; Python's filters still decide which are shown."""
+    said: set[str] = set()
+
+    def show(message: Warning | str, category: type[Warning], *_where: Any, **_line: Any) -> None:
+        text = f"{category.__name__}: {one_line(printable(str(message)), limit=400)}"
+        if text not in said:
+            said.add(text)
+            warn(text)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def _run_line(evaluator: Any, streams: Streams) -> dict[str, Any]:

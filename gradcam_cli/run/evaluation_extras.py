@@ -104,12 +104,7 @@ class Extras:
             from gradcam_cli.inputs.regions import load_regions
 
             self.regions = load_regions(boxes)
-        self.stages: list[str] = []
-        if Metric.sanity in metrics:
-            from gradcam_cli.layers.stages import stage_paths
-
-            loaded = evaluator.loaded
-            self.stages = stage_paths(loaded.model, loaded.arch, loaded.source, notice=evaluator.warn)
+        self.stages = _sanity_stages(evaluator.loaded, evaluator.warn) if Metric.sanity in metrics else []
         self.namers: dict[str, OutputNamer] = {}
         self.said: set[str] = set()
 
@@ -190,6 +185,20 @@ class Extras:
         shown = self.evaluator.photo_map(item, cam)
         write_atomic(path, encode_png(draw(item.photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha)))
         return str(path)
+
+
+def _sanity_stages(loaded: Any, warn: Callable[[str], None]) -> list[str]:
+    """The stages the cascade cuts at: the hub's, as compare sweeps them, where a hub names them; else a probe forward
+    at the run's input size (evaluate/sanity.py), which finds them however deep a wrapper holds the network, and
+    runs the model at the size it takes (⟨input_size⟩), not a default one."""
+    from gradcam_cli.evaluate.sanity import probe_stages
+    from gradcam_cli.layers.stages import stage_paths
+    from gradcam_cli.model.hub import SOURCES
+
+    model, arch = loaded.model, loaded.arch
+    if any(hub.stage_layers(model, arch) for hub in dict.fromkeys((loaded.source, *SOURCES))):
+        return stage_paths(model, arch, loaded.source, notice=warn)
+    return probe_stages(model, torch.zeros(1, 3, *loaded.data_config.input_hw))
 
 
 def _rows(values: torch.Tensor) -> list[list[float]]:
