@@ -206,6 +206,58 @@ def test_road_through_the_command(run_cli, scenes, tmp_path: Path) -> None:
     assert gradcam["road"] > random["road"]
 
 
+def test_progress_moves_as_each_step_of_a_batch_is_done(scenes, tmp_path: Path) -> None:
+    """The issue's 4.8-minute run showed "evaluated 0" until its one batch ended. The evaluator reports the images' worth of
+    work done as each step of a batch starts (a method's maps, a map set's scores, a step of the sanity check): here
+    two batches (2 images, then 1), each of 2 maps + 5 scorings + 6 sanity steps, counted before any record is out."""
+    import io
+
+    from gradcam_cli.evaluate.scoring import Scoring
+    from gradcam_cli.inputs.sources import iter_sources
+    from gradcam_cli.run.evaluation import EvalPlan, Evaluator
+    from gradcam_cli.settings import build_settings
+    from gradcam_cli.vocab import Metric
+
+    folder, _ = scenes
+    given = {"model": "test_resnet", "weights": WEIGHTS, "labels": LABELS, "batch_size": 2, "device": "cpu", "output_dir": tmp_path}
+    plan = EvalPlan(methods=METHODS, scoring=Scoring(metrics=(Metric.deletion, Metric.sanity), steps=2))
+    events: list[tuple[str, float]] = []
+    evaluator = Evaluator(build_settings(given), plan, progress=lambda done, what: events.append((what, done)))
+    sources = list(iter_sources([str(folder / f"scene_{i}.png") for i in range(3)], io.StringIO("")))
+    evaluator.run(sources, lambda record: events.append(("record", -1.0)))
+    done = [value for what, value in events if what != "record"]
+    assert done == sorted(done) and done[-1] == 3, "never backwards, and every image counted once"
+    first_record = next(i for i, (what, _) in enumerate(events) if what == "record")
+    before = sorted({value for what, value in events[:first_record]})
+    steps = 2 + (2 + 3) + 6  # each method's maps, each map set's scores, head, layer4..layer1, stem
+    assert len(before) == steps + 1 and 0 == before[0] < before[1] < before[-2] < before[-1] == 2, "the first batch, step by step"
+    assert ("sanity check, layer2 randomised (11/13 of a batch of 2)", pytest.approx(2 * 10 / 13)) in events
+    assert sum(what == "record" for what, _ in events) == 3 * (len(METHODS) + len(BASELINES))
+
+
+def test_the_progress_line_shows_the_work_done() -> None:
+    """The command's side: the evaluator's work moves the bar and says the step; records count the images done."""
+    import io
+
+    from gradcam_cli.cli.console import ProgressLine, Streams
+    from gradcam_cli.cli.eval import _Counts
+    from gradcam_cli.outputs.records import EvalRecord
+
+    line = ProgressLine(Streams(io.StringIO(""), io.StringIO(), io.StringIO(), stderr_is_terminal=True), 8, verb="evaluated")
+    try:
+        counts = _Counts(line)
+        counts.worked(2.5, "scoring gradcam's maps (5/13 of a batch of 8)")
+        task = line.bar.tasks[0]
+        assert task.completed == 2.5 and task.description == "evaluated 0; scoring gradcam's maps (5/13 of a batch of 8)"
+        for name in ("gradcam", "random"):
+            counts.counted(EvalRecord(input="a.png", ok=True, method=name))
+        counts.counted(EvalRecord(input="b.png", ok=False, error="b.png: broken"))
+        counts.worked(8.0, "")
+        assert task.completed == 8 and task.description == "evaluated 2, 1 failed"
+    finally:
+        line.stop()
+
+
 OWN_NET = """
 import torch
 from torch import nn

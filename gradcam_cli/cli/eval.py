@@ -21,7 +21,7 @@ from typing import Any
 
 import typer
 
-from gradcam_cli.cli.console import NO_IMAGE_FOUND, Streams, names_input, progress_line, write_line
+from gradcam_cli.cli.console import NO_IMAGE_FOUND, ProgressLine, Streams, names_input, progress_line, write_line
 from gradcam_cli.cli.explain import build_report_for, command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
 from gradcam_cli.cli.signals import StopRequests
@@ -118,23 +118,22 @@ class _Evaluation:
 
     def _evaluate(self, stops: StopRequests, sources: list[Any], progress: Any) -> int:
         from gradcam_cli.outputs.naming import ensure_writable
-        from gradcam_cli.outputs.records import ImageRecord
         from gradcam_cli.outputs.run_files import RunFiles
         from gradcam_cli.run.evaluation import Evaluator
 
         warn = progress.warn if progress else self.streams.warn
+        counts = _Counts(progress) if progress else None
         evaluator = Evaluator(
-            self.settings, self.plan, warn=warn, checkpoint=stops.checkpoint, doing=progress.doing if progress else lambda _w: None
+            self.settings, self.plan, warn=warn, checkpoint=stops.checkpoint, progress=counts.worked if counts else lambda _d, _w: None
         )
-        if progress:
-            progress.loaded()
+        if counts:
+            counts.worked(0.0, "")
         unmatched = evaluator.extras.unmatched_notice([source.path for source in sources])
         if unmatched:
             evaluator.warn(unmatched)
         output_dir = self.settings.outputs.output_dir
         ensure_writable(output_dir)
         files = RunFiles(output_dir, _run_line(evaluator, self.streams))
-        seen: set[str] = set()
 
         def emit(record: Any) -> None:
             files.record(record)
@@ -142,9 +141,8 @@ class _Evaluation:
                 self._say_failed(record.input, record.error or "failed", progress)
             if self.as_json:
                 write_line(self.streams.stdout, record.to_json())
-            if progress and record.input not in seen:
-                seen.add(record.input)
-                progress.advance(ImageRecord(input=record.input, ok=record.ok))
+            if counts:
+                counts.counted(record)
 
         stopped = True
         try:
@@ -187,6 +185,30 @@ class _Evaluation:
         self.failed.append(path)
         line = error if names_input(error, path) else f"{path}: {error}"
         (progress.warn if progress else self.streams.warn)(line)
+
+
+class _Counts:
+    """eval's progress line: the bar counts images' worth of work done (run/evaluation.py's Work, moving with each step of
+    a batch), the words the images whose records are out and what the batch is at."""
+
+    def __init__(self, line: ProgressLine) -> None:
+        self.line, self.what = line, ""
+        self.images: set[str] = set()
+        self.failed: set[str] = set()
+
+    def worked(self, done: float, what: str) -> None:
+        self.what = what
+        self.line.bar.update(self.line.task, completed=done, description=self._words())
+
+    def counted(self, record: Any) -> None:
+        self.images.add(record.input)
+        if not record.ok:
+            self.failed.add(record.input)
+        self.line.bar.update(self.line.task, description=self._words())
+
+    def _words(self) -> str:
+        failed = f", {len(self.failed)} failed" if self.failed else ""
+        return f"evaluated {len(self.images)}{failed}" + (f"; {self.what}" if self.what else "")
 
 
 @contextmanager

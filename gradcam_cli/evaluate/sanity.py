@@ -237,6 +237,7 @@ def cascading_randomisation(
     *,
     original: Mapping[str, torch.Tensor] | None = None,
     seed: int = 0,
+    on_step: Callable[[str], None] = lambda _name: None,
 ) -> SanityResult:
     """Re-initialise a copy of `model` step by step, cumulatively, and after each step compare every method's maps.
 
@@ -247,7 +248,7 @@ def cascading_randomisation(
     model stays untouched even by maps_of's hooks). Step i is drawn with seed
     `seed + i` on forked generators: repeatable, and the caller's random stream
     is left where it was. The copy stays on the model's device and is freed
-    at the end.
+    at the end. `on_step(name)` is called as each step starts (a progress line).
     """
     net = copy.deepcopy(model)
     try:
@@ -259,6 +260,7 @@ def cascading_randomisation(
         trained = dict(original) if original is not None else dict(maps_of(net))
         rows: list[dict[str, Agreement]] = []
         for index, step in enumerate(steps):
+            on_step(step.name)
             reinitialise(net, step.modules, seed + index)
             rows.append(_agreement(trained, maps_of(net), step.name))
     finally:
