@@ -173,7 +173,8 @@ class _Evaluation:
             written = []
         if not (self.quiet and self.as_json):
             stream = self.streams.stderr if self.as_json else self.streams.stdout
-            stream.write(eval_table(summary, width=None if self.as_json else 0, color=not self.as_json and self.streams.stdout_tty))
+            terminal = self.streams.stderr_tty if self.as_json else self.streams.stdout_tty  # fitted to it; a file gets it whole
+            stream.write(eval_table(summary, width=0 if terminal else None, color=not self.as_json and terminal))
             stream.flush()
         if self.settings.outputs.report:
             build_report_for(output_dir, self.streams, self.quiet)

@@ -26,10 +26,6 @@ class Measure:
     def note(self) -> str:
         return "higher is better" if self.higher_is_better else "lower is better"
 
-    def better(self, a: float, b: float) -> bool:
-        """a is strictly better than b."""
-        return a > b if self.higher_is_better else a < b
-
 
 MEASURES = (
     Measure("deletion", Metric.deletion, "deletion AUC", higher_is_better=False, headline=True),
