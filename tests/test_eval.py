@@ -494,6 +494,8 @@ def test_the_table_fits_an_80_column_terminal(evaluated) -> None:
     them: "0.132–0.4…"); the headers wrap, then the columns that still do not fit go on in a second table, maps named again."""
     from rich.cells import cell_len
 
+    from gradcam_cli.cli.eval_table import eval_table
+
     _, _, _, out, table = evaluated
     summary = json.loads((out / "eval.json").read_text())
     columns = ("deletion", "insertion", "drop", "increase", "pointing", "sanity")
@@ -504,3 +506,5 @@ def test_the_table_fits_an_80_column_terminal(evaluated) -> None:
     assert max(cell_len(line) for line in lines) <= 80 and "…" not in table, table
     tables = sum(line.startswith("┏") for line in lines)
     assert tables >= 2 and sum(line.startswith("│ random (baseline)") for line in lines) == tables, table
+    whole = eval_table(summary)  # piped or in a file: no width to fit, one table with every column
+    assert sum(line.startswith("┏") for line in whole.splitlines()) == 1 and all(interval in whole for interval in intervals)
