@@ -91,10 +91,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         scenes, out = Path(work) / "scenes", Path(work) / "out"
         scenes.mkdir()
-        boxes = write_scenes(scenes, args.scenes, args.seed)
-        run = command(scenes, boxes, out, args.methods.split(","), args.metrics.split(","))
-        print("$", shlex.join(run), file=sys.stderr)
-        subprocess.run(run, check=True, stdout=subprocess.DEVNULL)
+        write_scenes(scenes, args.scenes, args.seed)
+        # run in the folder, on relative paths: the random baseline is seeded by each input's path as given, so the
+        # table is the same whatever temporary folder it was made in
+        run = command(Path("scenes"), Path("scenes") / "boxes.csv", Path("out"), args.methods.split(","), args.metrics.split(","))
+        print("$", shlex.join(run), "  # in a fresh folder", file=sys.stderr)
+        subprocess.run(run, check=True, stdout=subprocess.DEVNULL, cwd=work)
         summary = json.loads((out / "eval.json").read_text())
         text = table(summary)
         note = (

@@ -1,4 +1,4 @@
-"""gradcam_cli/outputs/charts.py: curves and the summary as pixels, measured where the data says they are.
+"""gradcam_cli/outputs/charts.py and bar_chart.py: curves and the summary as pixels, measured where the data says they are.
 
 Each test reads the picture itself: a series' colour found at the pixel its
 value maps to (plot_area gives the geometry), a dashed line's colour broken
@@ -15,19 +15,17 @@ import pytest
 from conftest import ROOT
 from PIL import Image
 
+from gradcam_cli.outputs.bar_chart import Bar, Panel, summary_chart
 from gradcam_cli.outputs.charts import (
     GREYS,
     PALETTE,
     STAR,
-    Bar,
-    Panel,
     PlotArea,
     Series,
     line_chart,
     nice_ticks,
     plot_area,
     styles,
-    summary_chart,
     tick_label,
 )
 
@@ -99,6 +97,38 @@ def test_baselines_are_dashed_and_methods_solid() -> None:
     assert solid.all()
     gaps = np.count_nonzero(dashed[1:] & ~dashed[:-1])
     assert 0.3 < dashed.mean() < 0.8 and gaps >= 20  # interrupted all along, not once
+
+
+def test_curves_that_coincide_take_turns_and_the_legend_says_so() -> None:
+    """gradcam and xgradcam often have the same maps, so the same curves: drawn one on the other, xgradcam hid gradcam
+    and gradcam's colour was nowhere to be found. Curves within a line's width of each other take turns along the line,
+    each its own colour, markers nested; the legend draws the same and names them `xgradcam = gradcam`."""
+    from gradcam_cli.outputs.charts import text_length
+
+    ys = [0.9 - 0.03 * i for i in range(21)]
+    near = [y + 0.002 for y in ys]  # under a pixel apart at this size: drawn on top of each other all the same
+    series = [Series("gradcam", ys, XS), Series("xgradcam", near, XS), Series("layercam", [0.2] * 21, XS)]
+    picture, area = _chart(series)
+    assert area.tied == (0, 0, 2)
+
+    def share(colour: tuple[int, int, int]) -> float:
+        """Of the columns along the line, those where the colour is on it."""
+        hits = []
+        for column in range(round(area.left) + 6, round(area.right) - 6):
+            x = area.x_range[0] + (column - area.left) / (area.right - area.left) * (area.x_range[1] - area.x_range[0])
+            row = area.point(x, float(np.interp(x, XS, ys)))[1]
+            hits.append(_near(picture[round(row) - 2 : round(row) + 3, column : column + 1], colour, 30).any())
+        return float(np.mean(hits))
+
+    assert share(PALETTE[0]) > 0.4 and share(PALETTE[1]) > 0.4, (share(PALETTE[0]), share(PALETTE[1]))
+    text = area.text
+    assert area.right == pytest.approx(SIZE[0] - text * 5.0 - text_length("xgradcam = gradcam", text)), "the legend's longest label"
+    step = min(text * 1.7, (area.bottom - area.top) / 3)
+    row, x0, x1 = round(area.top + step * 1.5), round(area.right + text * 1.2), round(area.right + text * 3.4)
+    legend = picture[row - 2 : row + 3, x0:x1]
+    assert _near(legend, PALETTE[0], 30).any(axis=0).mean() > 0.3 and _near(legend, PALETTE[1], 30).any(axis=0).mean() > 0.3
+    apart = [Series("gradcam", ys, XS), Series("xgradcam", [y - 0.05 for y in ys], XS)]
+    assert _chart(apart)[1].tied == (0, 1), "five hundredths apart is two lines"
 
 
 def test_categorical_x() -> None:

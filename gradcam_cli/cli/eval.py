@@ -12,28 +12,33 @@ did. The model options come from the one option table, as explain's do.
 from __future__ import annotations
 
 import inspect
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from gradcam_cli.cli.console import NO_IMAGE_FOUND, Streams, names_input, progress_line, write_line
+from gradcam_cli.cli.console import NO_IMAGE_FOUND, ProgressLine, Streams, names_input, progress_line, write_line
 from gradcam_cli.cli.explain import build_report_for, command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
 from gradcam_cli.cli.signals import StopRequests
-from gradcam_cli.errors import ExitCode, UsageError
+from gradcam_cli.errors import ExitCode, UsageError, one_line, printable
 from gradcam_cli.settings import ExplainSettings, build_settings
-from gradcam_cli.option_table import BY_NAME
+from gradcam_cli.option_table import BY_NAME, OPTIONS
 from gradcam_cli.vocab import Metric, Substrate, values
 
 DEFAULT_METHODS = "gradcam,gradcam++,xgradcam,layercam"
 DEFAULT_METRICS = "deletion,insertion,drop,increase,sanity"  # and pointing when there are boxes; ROAD is opt-in (sparse solves)
 OUTPUT_DIR = "gradcam_eval"  # eval's own default folder, so its records do not mix with explain's
+# every option that builds the model or feeds it (its checkpoint, kwargs, preprocessing), as explain takes them
+MODEL_OPTIONS = tuple(option.name for option in OPTIONS if option.group == "model")
 TABLE_OPTIONS = (
-    "inputs", "model", "pretrained", "weights", "labels", "layers", "classes", "crop", "relu", "eigen_smooth", "aug_smooth",
-    "cam_batch_size", "grid", "colormap", "alpha", "output_dir", "recursive", "max_pixels", "batch_size", "device", "precision",
-    "workers", "report", "json_lines", "quiet",
+    "inputs", *MODEL_OPTIONS, "layers", "classes", "crop", "relu", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid",
+    "colormap", "alpha", "output_dir", "recursive", "max_pixels", "batch_size", "device", "precision", "workers", "report",
+    "json_lines", "quiet",
 )  # fmt: skip
 CLI_ONLY = ("inputs", "json_lines", "quiet")
 
@@ -105,30 +110,30 @@ class _Evaluation:
                 return ExitCode.SOME_INPUTS_FAILED
             progress = progress_line(self.streams, self.quiet, len(sources), verb="evaluated")
             try:
-                return self._evaluate(stops, sources, progress)
+                with _warnings_said(progress.warn if progress else self.streams.warn):
+                    return self._evaluate(stops, sources, progress)
             finally:
                 if progress:
                     progress.stop()
 
     def _evaluate(self, stops: StopRequests, sources: list[Any], progress: Any) -> int:
         from gradcam_cli.outputs.naming import ensure_writable
-        from gradcam_cli.outputs.records import ImageRecord
         from gradcam_cli.outputs.run_files import RunFiles
         from gradcam_cli.run.evaluation import Evaluator
 
         warn = progress.warn if progress else self.streams.warn
+        counts = _Counts(progress) if progress else None
         evaluator = Evaluator(
-            self.settings, self.plan, warn=warn, checkpoint=stops.checkpoint, doing=progress.doing if progress else lambda _w: None
+            self.settings, self.plan, warn=warn, checkpoint=stops.checkpoint, progress=counts.worked if counts else lambda _d, _w: None
         )
-        if progress:
-            progress.loaded()
+        if counts:
+            counts.worked(0.0, "")
         unmatched = evaluator.extras.unmatched_notice([source.path for source in sources])
         if unmatched:
             evaluator.warn(unmatched)
         output_dir = self.settings.outputs.output_dir
         ensure_writable(output_dir)
         files = RunFiles(output_dir, _run_line(evaluator, self.streams))
-        seen: set[str] = set()
 
         def emit(record: Any) -> None:
             files.record(record)
@@ -136,9 +141,8 @@ class _Evaluation:
                 self._say_failed(record.input, record.error or "failed", progress)
             if self.as_json:
                 write_line(self.streams.stdout, record.to_json())
-            if progress and record.input not in seen:
-                seen.add(record.input)
-                progress.advance(ImageRecord(input=record.input, ok=record.ok))
+            if counts:
+                counts.counted(record)
 
         stopped = True
         try:
@@ -169,7 +173,8 @@ class _Evaluation:
             written = []
         if not (self.quiet and self.as_json):
             stream = self.streams.stderr if self.as_json else self.streams.stdout
-            stream.write(eval_table(summary, width=None if self.as_json else 0, color=not self.as_json and self.streams.stdout_tty))
+            terminal = self.streams.stderr_tty if self.as_json else self.streams.stdout_tty  # fitted to it; a file gets it whole
+            stream.write(eval_table(summary, width=0 if terminal else None, color=not self.as_json and terminal))
             stream.flush()
         if self.settings.outputs.report:
             build_report_for(output_dir, self.streams, self.quiet)
@@ -181,6 +186,47 @@ class _Evaluation:
         self.failed.append(path)
         line = error if names_input(error, path) else f"{path}: {error}"
         (progress.warn if progress else self.streams.warn)(line)
+
+
+class _Counts:
+    """eval's progress line: the bar counts images' worth of work done (run/evaluation.py's Work, moving with each step of
+    a batch), the words the images whose records are out and what the batch is at."""
+
+    def __init__(self, line: ProgressLine) -> None:
+        self.line, self.what = line, ""
+        self.images: set[str] = set()
+        self.failed: set[str] = set()
+
+    def worked(self, done: float, what: str) -> None:
+        self.what = what
+        self.line.bar.update(self.line.task, completed=done, description=self._words())
+
+    def counted(self, record: Any) -> None:
+        self.images.add(record.input)
+        if not record.ok:
+            self.failed.add(record.input)
+        self.line.bar.update(self.line.task, description=self._words())
+
+    def _words(self) -> str:
+        failed = f", {len(self.failed)} failed" if self.failed else ""
+        return f"evaluated {len(self.images)}{failed}" + (f"; {self.what}" if self.what else "")
+
+
+@contextmanager
+def _warnings_said(warn: Callable[[str], None]) -> Iterator[None]:
+    """Python's warnings during the run (the user's model code, a library it calls) said as one line each, once, without
+    the file path and source line Python's own format adds; Python's filters still decide which are shown."""
+    said: set[str] = set()
+
+    def show(message: Warning | str, category: type[Warning], *_where: Any, **_line: Any) -> None:
+        text = f"{category.__name__}: {one_line(printable(str(message)), limit=400)}"
+        if text not in said:
+            said.add(text)
+            warn(text)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def _run_line(evaluator: Any, streams: Streams) -> dict[str, Any]:

@@ -157,10 +157,6 @@ class ConfidenceChange:
         """Increase in Confidence: 1 where the masked image scores higher (both references agree on this one)."""
         return (self.masked > self.original).float()
 
-    def change_absolute(self) -> torch.Tensor:
-        """pytorch-grad-cam's CamMultImageConfidenceChange itself: masked minus original, signed."""
-        return self.masked - self.original
-
 
 def confidence_change(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor) -> ConfidenceChange:
     """The class probability of each image and of the image multiplied by its upsampled map (in [0, 1])."""

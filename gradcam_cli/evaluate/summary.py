@@ -2,9 +2,15 @@
 
 Fed one record at a time (a dict, as written to records.jsonl), so a run that
 is stopped still summarises what it did, and `eval.json` can be rebuilt from
-the records alone. Baselines are map sets like the methods, marked as such:
-a method is said to beat them on a measure when its mean is better than every
-baseline's.
+the records alone. Baselines are map sets like the methods, marked as such.
+
+The verdicts need a real difference, one beyond chance on these images: two
+map sets differ on a measure when their differences image by image pass a
+sign-flip test at 5% (statistics.beyond_chance). The best of a measure is the
+map set with the best mean and every one not told apart from it; when none is
+behind it, nothing is best (a column where every map set scores 0). A method
+beats the baselines when it does better than each, is beaten when one does
+better than it, and neither (None) when these images cannot tell.
 """
 
 from __future__ import annotations
@@ -14,13 +20,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gradcam_cli.evaluate.measures import SURVIVAL_THRESHOLD, Measure
-from gradcam_cli.evaluate.statistics import Interval, band, interval
+from gradcam_cli.evaluate.statistics import Interval, band, beyond_chance, interval
+
+
+Image = tuple[str, int]  # an input, and which time it came (one given twice pairs with itself twice)
 
 
 @dataclass
 class _MapSet:
     baseline: bool
-    values: dict[str, list[float | None]] = field(default_factory=dict)
+    values: dict[str, dict[Image, float | None]] = field(default_factory=dict)  # per measure, per image
+    seen: dict[str, int] = field(default_factory=dict)  # how many of each input's records came so far
     curves: dict[str, list[list[float]]] = field(default_factory=dict)
     sanity_steps: list[str] = field(default_factory=list)
     sanity: dict[str, list[list[float]]] = field(default_factory=dict)  # "spearman", "ssim": a row of steps per image
@@ -49,8 +59,10 @@ class EvalTotals:
             return
         assert name is not None
         kept = self._set(name, bool(record.get("baseline")))
+        image = (str(record["input"]), kept.seen.get(str(record["input"]), 0))
+        kept.seen[image[0]] = image[1] + 1
         for measure in self.measures:
-            kept.values.setdefault(measure.name, []).append((record.get("metrics") or {}).get(measure.name))
+            kept.values.setdefault(measure.name, {})[image] = (record.get("metrics") or {}).get(measure.name)
         for curve, points in (record.get("curves") or {}).items():
             kept.curves.setdefault(curve, []).append(points)
         self.fractions = record.get("fractions") or self.fractions
@@ -67,20 +79,28 @@ class EvalTotals:
 
     def intervals(self) -> dict[str, dict[str, Interval]]:
         """Per map set, per measure: the mean and its 95% interval."""
-        return {name: {m.name: interval(kept.values.get(m.name, [])) for m in self.measures} for name, kept in self.sets.items()}
+        return {name: {m.name: interval(kept.values.get(m.name, {}).values()) for m in self.measures} for name, kept in self.sets.items()}
+
+    def better(self, a: str, b: str, measure: Measure) -> int:
+        """1 when map set a does better than b on the measure beyond chance, image by image; -1 worse; 0 not told apart."""
+        first, second = self.sets[a].values.get(measure.name, {}), self.sets[b].values.get(measure.name, {})
+        sign = beyond_chance([_minus(value, second[image]) for image, value in first.items() if image in second])
+        return sign if measure.higher_is_better else -sign
 
     def best(self, intervals: Mapping[str, Mapping[str, Interval]]) -> dict[str, list[str]]:
-        """Per measure, the map sets (methods or baselines) with the best mean: several when they tie."""
+        """Per measure, the map set (method or baseline) with the best mean and those not told apart from it; none when
+        no map set is behind it beyond chance."""
         chosen: dict[str, list[str]] = {}
         for measure in self.measures:
-            means = {name: intervals[name][measure.name].mean for name in self.sets}
-            known = [mean for mean in means.values() if mean is not None]
-            top = (max if measure.higher_is_better else min)(known) if known else None
-            chosen[measure.name] = [name for name, mean in means.items() if top is not None and mean == top]
+            means = {name: mean for name in self.sets if (mean := intervals[name][measure.name].mean) is not None}
+            top = (max if measure.higher_is_better else min)(means, key=means.__getitem__) if means else None
+            behind = {name for name in means if top is not None and self.better(name, top, measure) < 0}
+            chosen[measure.name] = [name for name in means if name not in behind] if behind else []
         return chosen
 
     def beats_baselines(self, intervals: Mapping[str, Mapping[str, Interval]]) -> dict[str, dict[str, bool | None]]:
-        """Per method, per measure: its mean is better than every baseline's (None: nothing to compare)."""
+        """Per method, per measure: True when it does better than every baseline beyond chance, False when a baseline does
+        better than it, None when these images cannot tell (or there is nothing to compare)."""
         baselines = [name for name, kept in self.sets.items() if kept.baseline]
         verdicts: dict[str, dict[str, bool | None]] = {}
         for name, kept in self.sets.items():
@@ -88,10 +108,9 @@ class EvalTotals:
                 continue
             verdicts[name] = {}
             for measure in self.measures:
-                mean = intervals[name][measure.name].mean
-                means = (intervals[b][measure.name].mean for b in baselines)
-                others = [other for other in means if other is not None]
-                verdicts[name][measure.name] = None if mean is None or not others else all(measure.better(mean, o) for o in others)
+                known = [b for b in baselines if intervals[b][measure.name].mean is not None]
+                signs = [self.better(name, b, measure) for b in known] if intervals[name][measure.name].mean is not None else []
+                verdicts[name][measure.name] = None if not signs else False if min(signs) < 0 else True if min(signs) > 0 else None
         return verdicts
 
     def mean_curves(self) -> dict[str, dict[str, dict[str, list[float]]]]:
@@ -132,6 +151,11 @@ class EvalTotals:
             "curves": self.mean_curves(),
             "sanity": self.sanity_curves(),
         }
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    """One image's difference, a's value minus b's; None when either has none."""
+    return None if a is None or b is None else a - b
 
 
 def _about(measure: Measure) -> dict[str, Any]:

@@ -1,10 +1,12 @@
-"""Charts as pixels for `gradcam eval`: deletion, insertion and sanity curves, and a summary of every metric.
+"""Charts as pixels for `gradcam eval`: deletion, insertion and sanity curves (outputs/bar_chart.py: the summary's bars).
 
 Pillow only, no matplotlib at run time. Everything, text too, is drawn SCALE times larger and each SCALE x SCALE
 block averaged into one pixel (supersampling: as smooth as a LANCZOS shrink, 14 times faster), so lines, bands
 and glyphs come out anti-aliased. A method's colour comes from a fixed palette by the order names first appear,
 so the same name order gives the same colours in every chart; baselines are greys, dashed in curves and hatched
-in bars. None, NaN and infinite values are skipped (a gap, or "n/a" for a bar), never a crash.
+in bars. Methods whose curves would be drawn on top of each other (gradcam and xgradcam often have the same maps)
+take turns along the line, a dash each in its own colour, and the legend says which equals which. None, NaN and
+infinite values are skipped (a gap, or "n/a" for a bar), never a crash.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ DASHES = ((4.0, 2.5), (1.0, 1.6), (5.0, 1.8, 1.2, 1.8), (2.0, 2.0))  # on, off, 
 LINE, BASELINE_LINE, MARKER = 2.4, 1.8, 2.8  # output pixels
 MARKERS_UP_TO = 12  # points per series; denser curves read better as plain lines
 NAME_CHARS = 20  # legend and bar labels keep room for this many average characters, then shorten with '…'
+TIE_DASH = 2.5  # line widths: each of the tied curves' turn along their common line
 RGB = tuple[int, int, int]
 Style = tuple[RGB, tuple[float, ...] | None]  # a colour and a dash pattern (None: solid)
 Data = tuple[list[float], list[float], list[float] | None, list[float] | None]  # xs, ys, low, high
@@ -49,27 +52,6 @@ class Series:
 
 
 @dataclass(frozen=True)
-class Bar:
-    """One method's value in a summary panel; a whisker from low to high when both are given."""
-
-    name: str
-    value: float | None
-    low: float | None = None
-    high: float | None = None
-    baseline: bool = False
-    best: bool = False
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One metric: its title, which way is better, and a bar per method."""
-
-    title: str
-    note: str
-    bars: Sequence[Bar]
-
-
-@dataclass(frozen=True)
 class PlotArea:
     """Where a chart's data lies, in output pixels: what the drawing goes by and what tests measure."""
 
@@ -82,6 +64,7 @@ class PlotArea:
     x_ticks: tuple[float, ...]
     y_ticks: tuple[float, ...]
     text: int  # the labels' text size
+    tied: tuple[int, ...] = ()  # per series, the earlier series its curve lies on (its own index: none)
 
     def point(self, x: float, y: float) -> tuple[float, float]:
         """The pixel (column, row) of a data point."""
@@ -118,7 +101,7 @@ def tick_label(value: float, ticks: Sequence[float]) -> str:
     return f"{value + 0.0:.{decimals}f}"  # + 0.0: -0.0 reads 0
 
 
-def _numbers(values: Sequence[Any], owner: str, what: str) -> list[float]:
+def numbers(values: Sequence[Any], owner: str, what: str) -> list[float]:
     """Floats with None, NaN and ±inf all NaN (a gap to draw); text that is no number is the caller's error."""
     try:
         numbers = [math.nan if value is None else float(value) for value in values]
@@ -127,7 +110,7 @@ def _numbers(values: Sequence[Any], owner: str, what: str) -> list[float]:
     return [number if math.isfinite(number) else math.nan for number in numbers]
 
 
-def _length(text: str, size: int) -> float:
+def text_length(text: str, size: int) -> float:
     """A line's width in output pixels as drawn: measured at SCALE times the size, where the glyphs are drawn."""
     return float(font(size * SCALE).getlength(one_line(text))) / SCALE
 
@@ -141,11 +124,11 @@ def _prepare(series: Sequence[Series], categories: Sequence[str] | None) -> list
     prepared = []
     for s in series:
         owner = f"series {s.name!r}"
-        ys = _numbers(s.ys, owner, "ys")
+        ys = numbers(s.ys, owner, "ys")
         if s.xs is None and (categories is None or len(ys) > len(categories)):
             raise ValueError(f"{owner} has no xs and {len(ys)} values for {len(categories or ())} categories: pass xs or categories")
-        xs = [float(i) for i in range(len(ys))] if s.xs is None else _numbers(s.xs, owner, "xs")
-        low, high = (None if v is None else _numbers(v, owner, "low or high") for v in (s.low, s.high))
+        xs = [float(i) for i in range(len(ys))] if s.xs is None else numbers(s.xs, owner, "xs")
+        low, high = (None if v is None else numbers(v, owner, "low or high") for v in (s.low, s.high))
         for what, values in (("xs", xs), ("low", low), ("high", high)):
             if values is not None and len(values) != len(ys):
                 raise ValueError(f"{owner}: {what} has {len(values)} values for {len(ys)} ys")
@@ -158,27 +141,64 @@ def plot_area(series: Sequence[Series], *, title: str, x_label: str, y_label: st
     """The geometry line_chart draws these arguments with: a slot per category or round ticks past the data, the legend right."""
     (width, height), prepared = size, _prepare(series, categories)
     text = max(11, round(min(width, height * 1.6) / 64))
-    legend = text * 2.6 + min(max(_length(s.name, text) for s in series), NAME_CHARS * _length("n", text))
-    top, bottom, right = text * (3.0 + 1.8 * bool(title)), height - text * 4.6, width - text * 2.4 - legend
-    if categories is not None:
-        x_range, x_ticks = (-0.5, len(categories) - 0.5), tuple(float(i) for i in range(len(categories)))
-    else:
-        xs = [x for data in prepared for x in data[0] if math.isfinite(x)]
-        x_ticks = nice_ticks(min(xs, default=0.0), max(xs, default=1.0), count=max(2, round((right - 4 * text) / 110)))
-        x_range = (x_ticks[0], x_ticks[-1])
+    top, bottom = text * (3.0 + 1.8 * bool(title)), height - text * 4.6
     count = max(4, round((bottom - top) / 70))
     if y_range is not None and not (math.isfinite(y_range[0]) and math.isfinite(y_range[1]) and y_range[1] > y_range[0]):
         raise ValueError(f"y_range must be two finite numbers, low < high, not {y_range!r}")
     ys = [v for _, values, low, high in prepared for column in (values, low or [], high or []) for v in column if math.isfinite(v)]
     y_ticks = nice_ticks(*y_range, count=count, cover=False) if y_range else nice_ticks(min(ys, default=0.0), max(ys, default=1.0), count)
     y_span = (float(y_range[0]), float(y_range[1])) if y_range else (y_ticks[0], y_ticks[-1])
-    left = text * 3.5 + max(_length(tick_label(v, y_ticks), text) for v in y_ticks)
+    tied = _ties(series, prepared, (bottom - top) / (y_span[1] - y_span[0]))
+    labels = [_label(series, tied, i) for i in range(len(series))]
+    legend = text * 2.6 + min(max(text_length(label, text) for label in labels), NAME_CHARS * text_length("n", text))
+    right = width - text * 2.4 - legend
+    if categories is not None:
+        x_range, x_ticks = (-0.5, len(categories) - 0.5), tuple(float(i) for i in range(len(categories)))
+    else:
+        xs = [x for data in prepared for x in data[0] if math.isfinite(x)]
+        x_ticks = nice_ticks(min(xs, default=0.0), max(xs, default=1.0), count=max(2, round((right - 4 * text) / 110)))
+        x_range = (x_ticks[0], x_ticks[-1])
+    left = text * 3.5 + max(text_length(tick_label(v, y_ticks), text) for v in y_ticks)
     if right - left < 4 * text or bottom - top < 4 * text:
         raise ValueError(f"a chart of {width}x{height} pixels leaves no room for the data; make it larger")
-    return PlotArea(left, top, right, bottom, x_range, y_span, x_ticks, y_ticks, text)
+    return PlotArea(left, top, right, bottom, x_range, y_span, x_ticks, y_ticks, text, tied)
 
 
-class _Pen:
+def _ties(series: Sequence[Series], prepared: list[Data], pixels_per_unit: float) -> tuple[int, ...]:
+    """Per series, the first earlier method whose curve its own would cover (the same xs and gaps, every point within a
+    line's width of it, so no pixel of the other would show); its own index when none. Baselines are dashed apart."""
+    tied = list(range(len(series)))
+    for i, (xs, ys, _, _) in enumerate(prepared):
+        for j in range(i):
+            other_xs, other_ys = prepared[j][0], prepared[j][1]
+            if series[i].baseline or series[j].baseline or tied[j] != j or len(other_ys) != len(ys):
+                continue
+            if all(_same(a, b) for a, b in zip(xs, other_xs)) and all(
+                _same(a, b, LINE / pixels_per_unit) for a, b in zip(ys, other_ys)
+            ):  # fmt: skip
+                tied[i] = j
+                break
+    return tuple(tied)
+
+
+def _same(a: float, b: float, within: float = 1e-9) -> bool:
+    """Both gaps, or both numbers within `within` of each other."""
+    return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= within
+
+
+def _label(series: Sequence[Series], tied: Sequence[int], index: int) -> str:
+    """The legend's name of a series: `xgradcam = gradcam` for one lying on another's curve."""
+    name = series[index].name
+    return name if tied[index] == index else f"{name} = {series[tied[index]].name}"
+
+
+def _turn(tied: Sequence[int], index: int) -> tuple[int, int]:
+    """A series' place among the curves lying on one line (0: the first, drawn whole) and how many lie there."""
+    group = [i for i, first in enumerate(tied) if first == tied[index]]
+    return group.index(index), len(group)
+
+
+class Pen:
     """Draws in output pixels on a canvas SCALE times larger: the drawing code reads in the picture's own measures."""
 
     def __init__(self, size: tuple[int, int]) -> None:
@@ -192,17 +212,24 @@ class _Pen:
     def line(self, points: Sequence[tuple[float, float]], fill: Any, width: float = 1.0) -> None:
         self("line", points, width, fill=fill, joint="curve")
 
-    def marker(self, x: float, y: float, colour: RGB) -> None:
-        self("ellipse", [(x - MARKER, y - MARKER), (x + MARKER, y + MARKER)], 1, fill=colour, outline=BACKGROUND)
+    def marker(self, x: float, y: float, colour: RGB, radius: float = MARKER) -> None:
+        self("ellipse", [(x - radius, y - radius), (x + radius, y + radius)], 1, fill=colour, outline=BACKGROUND)
 
     def text(self, xy: tuple[float, float], text: str, size: int, fill: RGB = INK, anchor: str = "la", width: float | None = None) -> None:
         """One line of text, cut with '…' to the width when one is given."""
         shown = one_line(text) if width is None else fitted(one_line(text), font(size * SCALE), max(0, round(width * SCALE)))
         self.draw.text((xy[0] * SCALE, xy[1] * SCALE), shown, font=font(size * SCALE), fill=fill, anchor=anchor)
 
-    def dashed(self, points: Sequence[tuple[float, float]], pattern: tuple[float, ...], fill: RGB, width: float) -> None:
-        """A polyline cut into dashes (pattern in line widths) whose rhythm runs on across corners, as a plotting library's does."""
-        index, left = 0, pattern[0] * width
+    def dashed(self, points: Sequence[tuple[float, float]], pattern: tuple[float, ...], fill: RGB, width: float, phase: float = 0) -> None:
+        """A polyline cut into dashes (pattern in line widths, begun `phase` line widths into it) whose rhythm runs on
+        across corners, as a plotting library's does."""
+        index, left, skip = 0, pattern[0] * width, phase * width
+        while skip > 1e-9:
+            step = min(left, skip)
+            left, skip = left - step, skip - step
+            if left <= 1e-9:
+                index = (index + 1) % len(pattern)
+                left = pattern[index] * width
         for (x0, y0), (x1, y1) in zip(points, points[1:]):
             length, done = math.hypot(x1 - x0, y1 - y0), 0.0
             while done < length:
@@ -229,13 +256,13 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
                categories: Sequence[str] | None = None, size: tuple[int, int] = (960, 600)) -> np.ndarray:  # fmt: skip
     """Curves, one per series, with bands, baselines dashed beneath the methods and a legend right of the plot: (H, W, 3) uint8."""
     area = plot_area(series, title=title, x_label=x_label, y_label=y_label, y_range=y_range, categories=categories, size=size)
-    prepared, found, pen = _prepare(series, categories), styles((s.name, s.baseline) for s in series), _Pen(size)
-    _grid(pen, area)
+    prepared, found, pen = _prepare(series, categories), styles((s.name, s.baseline) for s in series), Pen(size)
+    grid_lines(pen, area)
     order = sorted(range(len(series)), key=lambda i: not series[i].baseline)  # baselines first: the methods lie on top
     for i in order:
         _band(pen, area, prepared[i], found[series[i].name, series[i].baseline][0], 0.10 if series[i].baseline else 0.17)
     for i in order:
-        _curve(pen, area, prepared[i], found[series[i].name, series[i].baseline], series[i].baseline)
+        _curve(pen, area, prepared[i], found[series[i].name, series[i].baseline], series[i].baseline, _turn(area.tied, i))
     _frame(pen, area, categories)
     _legend(pen, area, series, prepared, found)
     text = area.text
@@ -245,7 +272,7 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     return np.asarray(pen.canvas.reduce(SCALE))  # each SCALE x SCALE block averaged: the anti-aliasing
 
 
-def _grid(pen: _Pen, area: PlotArea) -> None:
+def grid_lines(pen: Pen, area: PlotArea) -> None:
     for y in area.y_ticks:
         pen.line([(area.left, area.point(0.0, y)[1]), (area.right, area.point(0.0, y)[1])], GRID)
     for x in area.x_ticks:
@@ -258,7 +285,7 @@ def _runs(xs: Sequence[float], *columns: Sequence[float]) -> list[list[int]]:
     return [[i for i, _ in run] for ok, run in groupby(enumerate(finite), key=lambda pair: pair[1]) if ok]
 
 
-def _band(pen: _Pen, area: PlotArea, data: Data, colour: RGB, alpha: float) -> None:
+def _band(pen: Pen, area: PlotArea, data: Data, colour: RGB, alpha: float) -> None:
     xs, _, low, high = data
     if low is None or high is None:
         return
@@ -270,20 +297,24 @@ def _band(pen: _Pen, area: PlotArea, data: Data, colour: RGB, alpha: float) -> N
             pen("polygon", upper + lower, fill=(*colour, round(alpha * 255)))
 
 
-def _curve(pen: _Pen, area: PlotArea, data: Data, style: Style, baseline: bool) -> None:
-    """A series' line, broken at missing values; markers on sparse methods' points and on any point a gap leaves alone."""
+def _curve(pen: Pen, area: PlotArea, data: Data, style: Style, baseline: bool, turn: tuple[int, int] = (0, 1)) -> None:
+    """A series' line, broken at missing values; markers on sparse methods' points and on any point a gap leaves alone.
+    The k-th of n curves on one line is drawn in its turns (one dash in n) and its markers smaller inside the others'."""
     (xs, ys, _, _), (colour, dash) = data, style
+    (k, n), radius = turn, MARKER * (turn[1] - turn[0]) / turn[1]
     for run in _runs(xs, ys):
         points = [area.point(xs[i], ys[i]) for i in run]
-        if len(points) > 1 and dash is None:
+        if len(points) > 1 and k:
+            pen.dashed(points, (TIE_DASH, TIE_DASH * (n - 1)), colour, LINE, phase=TIE_DASH * (n - k))
+        elif len(points) > 1 and dash is None:
             pen.line(points, colour, LINE)
         elif len(points) > 1 and dash is not None:
             pen.dashed(points, dash, colour, BASELINE_LINE)
         for x, y in points if len(points) == 1 or (not baseline and len(ys) <= MARKERS_UP_TO) else ():
-            pen.marker(x, y, colour)
+            pen.marker(x, y, colour, radius)
 
 
-def _frame(pen: _Pen, area: PlotArea, categories: Sequence[str] | None) -> None:
+def _frame(pen: Pen, area: PlotArea, categories: Sequence[str] | None) -> None:
     """White over all but the plot area and a marker's reach, so data past the axes is cut; then the axes, ticks and their labels."""
     pad, far, text = MARKER + 1, sum(pen.size), area.text
     left, top, right, bottom = area.left - pad, area.top - pad, area.right + pad, area.bottom + pad
@@ -300,7 +331,7 @@ def _frame(pen: _Pen, area: PlotArea, categories: Sequence[str] | None) -> None:
         pen.text((column, area.bottom + text * 0.5), label, text, MUTED, "ma", (area.right - area.left) / len(area.x_ticks) - text * 0.4)
 
 
-def _legend(pen: _Pen, area: PlotArea, series: Sequence[Series], prepared: list[Data], found: dict[tuple[str, bool], Style]) -> None:
+def _legend(pen: Pen, area: PlotArea, series: Sequence[Series], prepared: list[Data], found: dict[tuple[str, bool], Style]) -> None:
     """An entry per series right of the plot, never over the data: its line as drawn, over a patch of its band if it has one."""
     text, x0, x1 = area.text, area.right + area.text * 1.2, area.right + area.text * 3.4
     step = min(text * 1.7, (area.bottom - area.top) / len(series))  # closer together when many must fit
@@ -308,16 +339,22 @@ def _legend(pen: _Pen, area: PlotArea, series: Sequence[Series], prepared: list[
         row, (colour, dash) = area.top + step * (i + 0.5), found[s.name, s.baseline]
         if low is not None and high is not None:
             pen("rectangle", [(x0, row - text * 0.45), (x1, row + text * 0.45)], fill=(*colour, 45))
-        if dash is None:
-            pen.line([(x0, row), (x1, row)], colour, LINE)
+        first = area.tied[i] if area.tied else i
+        (k, n), line = _turn(area.tied or range(len(series)), i), [(x0, row), (x1, row)]
+        if k:  # as in the plot: its turns over the line of the curve it lies on
+            pen.line(line, found[series[first].name, series[first].baseline][0], LINE)
+            pen.dashed(line, (TIE_DASH, TIE_DASH * (n - 1)), colour, LINE, phase=TIE_DASH * (n - k))
+        elif dash is None:
+            pen.line(line, colour, LINE)
         else:
-            pen.dashed([(x0, row), (x1, row)], dash, colour, BASELINE_LINE)
+            pen.dashed(line, dash, colour, BASELINE_LINE)
         if dash is None and len(ys) <= MARKERS_UP_TO:  # a marker where the curve has them
             pen.marker((x0 + x1) / 2, row, colour)
-        pen.text((x1 + text * 0.4, row), s.name, text, MUTED if s.baseline else INK, "lm", pen.size[0] - x1 - text * 1.6)
+        label = _label(series, area.tied or range(len(series)), i)
+        pen.text((x1 + text * 0.4, row), label, text, MUTED if s.baseline else INK, "lm", pen.size[0] - x1 - text * 1.6)
 
 
-def _upright(pen: _Pen, text: str, size: int, centre: tuple[float, float], width: float) -> None:
+def _upright(pen: Pen, text: str, size: int, centre: tuple[float, float], width: float) -> None:
     """Text turned a quarter left, reading upwards (the y axis' label): drawn on its own mask, rotated, stamped in ink."""
     face = font(size * SCALE)
     shown = fitted(one_line(text), face, round(width * SCALE))
@@ -326,75 +363,3 @@ def _upright(pen: _Pen, text: str, size: int, centre: tuple[float, float], width
     mask = mask.rotate(90, expand=True)
     x, y = round(centre[0] * SCALE - mask.width / 2), round(centre[1] * SCALE - mask.height / 2)
     pen.canvas.paste(INK, (x, y, x + mask.width, y + mask.height), mask)
-
-
-def summary_chart(panels: Sequence[Panel], *, title: str, columns: int = 3, panel_size: tuple[int, int] = (420, 300)) -> np.ndarray:
-    """Small multiples, a panel per metric with a bar per method: columns x panel width wide, a title band over the rows."""
-    if not panels or any(not panel.bars for panel in panels):
-        raise ValueError("a summary chart needs at least one panel, and every panel at least one bar")
-    columns, (width, height) = max(1, min(columns, len(panels))), panel_size
-    text = max(11, round(min(width, height * 1.4) / 30))
-    head = round(text * 2.6)
-    found = styles((bar.name, bar.baseline) for panel in panels for bar in panel.bars)
-    pen = _Pen((columns * width, head + math.ceil(len(panels) / columns) * height))
-    pen.text((text, head / 2), title, round(text * 1.35), anchor="lm", width=pen.size[0] - 2 * text)
-    for i, panel in enumerate(panels):
-        box = ((i % columns) * width, head + (i // columns) * height, width, height)
-        area, values, texts = _panel(pen, panel, box, text)
-        for j, bar in enumerate(panel.bars):
-            _bar(pen, area, j, bar, values[j], texts[j], found[bar.name, bar.baseline][0], box)
-    return np.asarray(pen.canvas.reduce(SCALE))  # each SCALE x SCALE block averaged: the anti-aliasing
-
-
-def _panel(pen: _Pen, panel: Panel, box: tuple[int, int, int, int], text: int) -> tuple[PlotArea, list[list[float]], list[str]]:
-    """A panel's frame, title, note and value axis; its bars as a plot: x the values (0 always in range), y the bar's index."""
-    x, y, width, height = box
-    values = [_numbers([bar.value, bar.low, bar.high], f"bar {bar.name!r}", "value, low and high") for bar in panel.bars]
-    largest = max((abs(v[0]) for v in values if math.isfinite(v[0]) and v[0]), default=1.0)
-    decimals = min(6, max(0, 2 - math.floor(math.log10(largest))))  # the panel's one format: 3 digits for its largest value
-    texts = [f"{v[0]:.{decimals}f}" if math.isfinite(v[0]) else "" for v in values]
-    labels = min(max(_length(bar.name, text) for bar in panel.bars), NAME_CHARS * _length("n", text) * 0.75)
-    left, right = x + text * 2.7 + labels, x + width - text * 1.4 - max(_length(shown, text) for shown in texts)
-    top, bottom = y + text * 4.3, y + height - text * 2.1
-    if right - left < 3 * text or bottom - top < len(panel.bars) * 8:
-        raise ValueError(f"panel {panel.title!r}: {len(panel.bars)} bars do not fit in {width}x{height} pixels; make panel_size larger")
-    finite = [v for row in values for v in row if math.isfinite(v)]
-    low, high = min([0.0, *finite]), max([0.0, *finite])
-    ticks = nice_ticks(low, high if high > low else 1.0, count=max(2, round((right - left) / (4.5 * text))))  # all n/a or 0: 0 to 1
-    area = PlotArea(left, top, right, bottom, (ticks[0], ticks[-1]), (len(panel.bars) - 0.5, -0.5), ticks, (), text)
-    pen("rectangle", [(x + 3, y + 3), (x + width - 3, y + height - 3)], fill=PANEL)
-    pen.text((x + text * 0.8, y + text * 0.8), panel.title, round(text * 1.15), width=width - 2 * text)
-    pen.text((x + text * 0.8, y + text * 2.4), panel.note, round(text * 0.9), MUTED, width=width - 2 * text)
-    _grid(pen, area)
-    for tick in ticks:
-        pen.text((area.point(tick, 0.0)[0], bottom + text * 0.4), tick_label(tick, ticks), round(text * 0.9), MUTED, "ma")
-    pen.line([(area.point(0.0, 0.0)[0], top), (area.point(0.0, 0.0)[0], bottom)], AXIS)
-    return area, values, texts
-
-
-def _bar(pen: _Pen, area: PlotArea, index: int, bar: Bar, numbers: list[float], shown: str, colour: RGB, box: tuple[int, ...]) -> None:
-    """One bar with its name, value (or "n/a" in its place), whisker, and for the best the star and a bold outline."""
-    (value, low, high), row, text, zero = numbers, area.point(0.0, index)[1], area.text, area.point(0.0, 0.0)[0]
-    pitch = (area.bottom - area.top) / (area.y_range[0] - area.y_range[1])
-    half, size, ink = min(pitch * 0.33, text * 0.75), max(9, min(text, round(pitch * 0.72))), MUTED if bar.baseline else INK
-    pen.text((box[0] + text * 2.1, row), bar.name, size, ink, "lm", area.left - box[0] - text * 2.7)
-    if bar.best:  # a drawn star: the bundled font has no ★
-        corners = [(k * math.pi / 5 - math.pi / 2, text * (0.55 if k % 2 == 0 else 0.23)) for k in range(10)]
-        pen("polygon", [(box[0] + text * 1.25 + r * math.cos(a), row + r * math.sin(a)) for a, r in corners], fill=STAR)
-    if not math.isfinite(value):
-        side = 1 if zero < (area.left + area.right) / 2 else -1  # where the bar would start, away from the panel's edge
-        pen.text((zero + side * 0.4 * text, row), "n/a", size, MUTED, "lm" if side > 0 else "rm")
-        return
-    pen.text((box[0] + box[2] - text * 0.8, row), shown, size, ink, "rm")
-    end = area.point(value, 0.0)[0]
-    rect = [(min(zero, end), row - half), (max(zero, end), row + half)]
-    if bar.baseline:
-        pen.hatched([*rect[0], *rect[1]], colour)
-    else:
-        pen("rectangle", rect, fill=colour)
-    if bar.best:
-        pen("rectangle", [(rect[0][0] - 1, rect[0][1] - 1), (rect[1][0] + 1, rect[1][1] + 1)], 2, outline=INK)
-    if math.isfinite(low) and math.isfinite(high):
-        a, b, cap = area.point(low, 0.0)[0], area.point(high, 0.0)[0], half * 0.5
-        for line in ([(a, row), (b, row)], [(a, row - cap), (a, row + cap)], [(b, row - cap), (b, row + cap)]):
-            pen.line(line, WHISKER, 1.4)

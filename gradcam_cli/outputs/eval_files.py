@@ -14,7 +14,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from gradcam_cli.outputs.charts import Bar, Panel, Series, line_chart, summary_chart
+from gradcam_cli.outputs.bar_chart import Bar, Panel, summary_chart
+from gradcam_cli.outputs.charts import Series, line_chart
 from gradcam_cli.outputs.files import write_atomic
 from gradcam_cli.outputs.render import encode_png
 

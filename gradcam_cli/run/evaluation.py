@@ -5,7 +5,10 @@ a bad method, layer or option stops the run before any image is read. Images
 are decoded ahead in threads and go through in batches. The first method's
 classes (the top class, or the one ⟨classes⟩) are the classes of every map
 set, so all answer the same question. A bad image gets an error record and
-the others go on; a batch that runs out of memory is halved.
+the others go on; a batch that runs out of memory is halved. Progress is
+counted as the work is done, not only when a batch's records come out: each
+step of a batch (a method's maps, a map set's scores, a step of the sanity
+check) is its share of the batch's images.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.vocab import Method, Norm
 
 BASELINES = ("random", "centre", "edges")  # model-blind maps set beside every method
+Progress = Callable[[float, str], None]  # the images' worth of work done so far, and what the run is at now
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +75,30 @@ def baseline_maps(x: torch.Tensor, inputs: list[str]) -> dict[str, torch.Tensor]
     }
 
 
+class Work:
+    """How far an evaluation is, in images' worth: a finished or failed image counts 1, and each step of a batch its share
+    of the batch's images as it finishes, so a progress line moves through a long batch instead of jumping at its end."""
+
+    def __init__(self, report: Progress) -> None:
+        self.report, self.done = report, 0.0
+        self.size, self.steps, self.finished = 0, 1, 0
+
+    def begin(self, size: int, steps: int) -> None:
+        """A batch of `size` images starts, its work in `steps` steps (a batch retried after running out of memory starts over)."""
+        self.size, self.steps, self.finished = size, max(1, steps), 0
+
+    def step(self, what: str) -> None:
+        """The next step of the batch starts: what is done so far, and what it is at."""
+        shown = f"{what} ({self.finished + 1}/{self.steps} of a batch of {self.size})"
+        self.report(self.done + self.size * min(self.finished, self.steps) / self.steps, shown)
+        self.finished += 1
+
+    def end(self, count: int) -> None:
+        """`count` images are done: a batch's, or one that failed on its own."""
+        self.done += count
+        self.report(self.done, "")
+
+
 class Evaluator:
     """A prepared evaluation: the model and every method once; then any stream of sources."""
 
@@ -80,10 +108,10 @@ class Evaluator:
         plan: EvalPlan,
         warn: Callable[[str], None] = lambda _m: None,
         checkpoint: Callable[[], None] = lambda: None,
-        doing: Callable[[str], None] = lambda _what: None,
+        progress: Progress = lambda _done, _what: None,
     ) -> None:
         self.settings, self.plan = settings, plan
-        self.doing = doing  # what the batch is at, for a progress line
+        self.work = Work(progress)
         self.warn = lambda message: warn(in_flags(message))
         self.checkpoint = checkpoint
         self.runs = self._prepare(settings, plan.methods)
@@ -139,6 +167,7 @@ class Evaluator:
                 self.checkpoint()
                 if isinstance(decoded, EvalRecord):
                     out(decoded)
+                    self.work.end(1)
                     continue
                 batch.append(decoded)
                 if len(batch) == self.settings.run.batch_size:
@@ -171,6 +200,7 @@ class Evaluator:
                 torch.cuda.empty_cache()
             if len(batch) == 1:
                 message = f"{batch[0].source.path}: out of memory on {self.device}; try a smaller ⟨cam_batch_size⟩ or the CPU"
+                self.work.end(1)
                 return [EvalRecord(input=str(batch[0].source.path), ok=False, error=in_flags(message), model=self.loaded.name)]
             self.warn(f"out of memory on {self.device} with {len(batch)} images; halving the batch")
             half = len(batch) // 2
@@ -178,14 +208,17 @@ class Evaluator:
 
     def _evaluate_batch(self, batch: list[Decoded]) -> list[EvalRecord]:
         x = torch.from_numpy(np.stack([item.array for item in batch])).to(self.device)
+        self.work.begin(len(batch), steps=len(self.runs) * 2 + len(BASELINES) + self.extras.steps(x))
         sets = self._method_maps(x)
         sets.maps.update(baseline_maps(x, [str(item.source.path) for item in batch]))
         scores = {}
         for name, maps in sets.maps.items():
-            self.doing(f"scoring {name}'s maps of {len(batch)} images")
+            self.work.step(f"scoring {name}'s maps")
             scores[name] = score_maps(self.model, x, maps, sets.classes, self.scoring)
         extra = self.extras.measure(x, batch, sets)
-        return [self._record(item, row, name, scores[name], extra, sets) for row, item in enumerate(batch) for name in sets.maps]
+        records = [self._record(item, row, name, scores[name], extra, sets) for row, item in enumerate(batch) for name in sets.maps]
+        self.work.end(len(batch))
+        return records
 
     def _method_maps(self, x: torch.Tensor) -> BatchMaps:
         """Each method's maps (N, H, W) of the batch, all for the first method's classes."""
@@ -195,7 +228,7 @@ class Evaluator:
         logits = first.logits.float()
         sets = BatchMaps(maps={}, blank={}, finite={}, classes=classes, logits=logits, probabilities=class_probabilities(logits))
         for run in self.runs:
-            self.doing(f"{run.method.name} maps of {x.shape[0]} images")
+            self.work.step(f"{run.method.name}'s maps")
             cams = first if run is self.runs[0] else replace(run, targets=chosen).compute(x)
             name = run.method.name
             sets.maps[name] = torch.nan_to_num(cams.maps[:, 0].float())

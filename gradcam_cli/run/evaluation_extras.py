@@ -59,7 +59,7 @@ class EvaluatorView(Protocol):
     model: torch.nn.Module
     loaded: Any
     warn: Callable[[str], None]
-    doing: Callable[[str], None]
+    work: Any  # run/evaluation.py's Work: each step said as it starts
 
     def photo_map(self, item: Decoded, cam: torch.Tensor) -> np.ndarray: ...
 
@@ -104,12 +104,8 @@ class Extras:
             from gradcam_cli.inputs.regions import load_regions
 
             self.regions = load_regions(boxes)
-        self.stages: list[str] = []
-        if Metric.sanity in metrics:
-            from gradcam_cli.layers.stages import stage_paths
-
-            loaded = evaluator.loaded
-            self.stages = stage_paths(loaded.model, loaded.arch, loaded.source, notice=evaluator.warn)
+        self.stages = _sanity_stages(evaluator.loaded, evaluator.warn) if Metric.sanity in metrics else []
+        self.cascade: int | None = None  # the cascade's step count, once known
         self.namers: dict[str, OutputNamer] = {}
         self.said: set[str] = set()
 
@@ -123,12 +119,21 @@ class Extras:
         shown = ", ".join(unmatched[:UNMATCHED_SHOWN]) + (", …" if len(unmatched) > UNMATCHED_SHOWN else "")
         return f"⟨boxes⟩ names {len(unmatched)} image(s) that are not among the inputs ({shown}); their boxes are not used"
 
+    def steps(self, x: torch.Tensor) -> int:
+        """How many steps `measure` says it starts for a batch: one per step of the sanity check's cascade."""
+        if not self.stages:
+            return 0
+        if self.cascade is None:  # the same for every batch: one probe forward of one image, once
+            from gradcam_cli.evaluate.sanity import cascade_steps
+
+            self.cascade = len(cascade_steps(self.evaluator.model, self.stages, x[:1]))
+        return self.cascade
+
     def measure(self, x: torch.Tensor, batch: list[Decoded], sets: BatchMaps) -> Measured:
         measured = Measured()
         if self.regions is not None:
             self._pointing(batch, sets, measured)
         if self.stages:
-            self.evaluator.doing(f"sanity check of {x.shape[0]} images: the methods on {len(self.stages)} randomised stages")
             self._sanity(x, sets, measured)
         return measured
 
@@ -167,8 +172,9 @@ class Extras:
 
         methods = {run.method.name: sets.maps[run.method.name] for run in self.evaluator.runs}
         result = cascading_randomisation(
-            self.evaluator.model, x, self.stages, lambda net: self.evaluator.maps_with(net, x, sets.classes), original=methods
-        )
+            self.evaluator.model, x, self.stages, lambda net: self.evaluator.maps_with(net, x, sets.classes), original=methods,
+            on_step=lambda step: self.evaluator.work.step(f"sanity check, {step} randomised"),
+        )  # fmt: skip
         measured.steps = list(result.steps)
         for name in methods:
             spearman, ssim = result.spearman[name], result.ssim[name]  # (S, N)
@@ -190,6 +196,20 @@ class Extras:
         shown = self.evaluator.photo_map(item, cam)
         write_atomic(path, encode_png(draw(item.photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha)))
         return str(path)
+
+
+def _sanity_stages(loaded: Any, warn: Callable[[str], None]) -> list[str]:
+    """The stages the cascade cuts at: the hub's, as compare sweeps them, where a hub names them; else a probe forward
+    at the run's input size (evaluate/sanity.py), which finds them however deep a wrapper holds the network, and
+    runs the model at the size it takes (⟨input_size⟩), not a default one."""
+    from gradcam_cli.evaluate.sanity import probe_stages
+    from gradcam_cli.layers.stages import stage_paths
+    from gradcam_cli.model.hub import SOURCES
+
+    model, arch = loaded.model, loaded.arch
+    if any(hub.stage_layers(model, arch) for hub in dict.fromkeys((loaded.source, *SOURCES))):
+        return stage_paths(model, arch, loaded.source, notice=warn)
+    return probe_stages(model, torch.zeros(1, 3, *loaded.data_config.input_hw))
 
 
 def _rows(values: torch.Tensor) -> list[list[float]]:
