@@ -240,3 +240,62 @@ def test_the_report_needs_no_torch():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)}
     )
     assert done.stdout.strip() == "[]", done.stderr
+
+
+# ------------------------------------------------------------------ records from anywhere: bad lines are counted, never fatal
+
+DEEP = 100_000  # far past the JSON reader's recursion limit
+
+
+def _bad_lines(good: str) -> dict[str, str]:
+    """A real record turned into each kind of line the report must leave out, each under an input of its own."""
+    record = json.loads(good)
+
+    def edited(name: str, **fields: object) -> str:
+        return json.dumps({**record, "input": name, **fields}, ensure_ascii=False)
+
+    def number(name: str, where: str, text: str) -> str:  # a number JSON has no word for, where the page reads it
+        changed = {**record, where: [{**record[where][0], "probability": 12345.5}]}
+        return edited(name, **{where: changed[where]}).replace("12345.5", text)
+
+    return {
+        "nan.jpg": number("nan.jpg", "targets", "NaN"),
+        "infinity.jpg": number("infinity.jpg", "topk", "-Infinity"),
+        "surrogate.jpg": edited("surrogate.jpg", true_class="X").replace('"true_class": "X"', '"true_class": "\\ud800 lone"'),
+        "deep.jpg": edited("deep.jpg", settings="X").replace('"settings": "X"', '"settings": ' + "[" * DEEP + "]" * DEEP),
+        "topk-string.jpg": edited("topk-string.jpg", topk="circle 0.99"),
+        "targets-string.jpg": edited("targets-string.jpg", targets="circle"),
+        "layers-number.jpg": edited("layers-number.jpg", layers=4),
+        "no-probability.jpg": edited("no-probability.jpg", topk=[{"index": 0, "name": "circle"}]),
+        "ok-string.jpg": edited("ok-string.jpg", ok="yes"),
+        "metrics-list.jpg": edited("metrics-list.jpg", metrics=[1, 2]),
+    }
+
+
+def test_records_with_nan_lone_surrogates_deep_nesting_or_wrong_types_are_bad_lines(run_cli):
+    """Each kind of line stopped the whole build with an internal error; now each is counted, left out, and said."""
+    result = run_cli("explain", *sorted(SHAPES.glob("*.jpg"))[:2], *SHAPES_MODEL, *LABELS, "-o", "out", "--json")
+    assert result.code == 0, result.stderr
+    good = sorted(p.name for p in sorted(SHAPES.glob("*.jpg"))[:2])
+    for number, (name, line) in enumerate(_bad_lines(result.stdout.splitlines()[0]).items()):
+        assert "\n" not in line, name
+        Path(f"bad{number}.jsonl").write_text(line + "\n", encoding="utf-8")
+        built = run_cli("report", "out", f"bad{number}.jsonl")
+        assert built.code == 0 and f"bad{number}.jsonl: 1 line(s) are not gradcam records; left out" in built.stderr, (name, built.stderr)
+        assert sorted(card["name"] for card in read_data(Path("out/report"))["cards"]) == good, name
+
+
+def test_runs_lines_with_nan_lone_surrogates_or_wrong_types_keep_what_is_right(run_cli):
+    result = run_cli("explain", SHAPES / "circle_1.jpg", *SHAPES_MODEL, "-o", "out", "--json")
+    assert result.code == 0, result.stderr
+    run_id = json.loads(Path("out/runs.jsonl").read_text().splitlines()[0])["id"]
+    with Path("out/runs.jsonl").open("a", encoding="utf-8") as runs:
+        runs.write('{"id": ' + json.dumps(run_id) + ', "device": "\\udc80", "layers": 3, "shard": 7, "counts": {"done": 1.5}}\n')
+        runs.write('{"id": "other", "command": "gradcam explain \\ud83d", "weights": ["w"], "counts": "many"}\n')
+        runs.write('{"id": "third", "started": NaN}\n')
+    built = run_cli("report", "out")
+    assert built.code == 0, built.stderr
+    runs = {run["model"]: run for run in read_data(Path("out/report"))["header"]["runs"]}
+    assert set(runs) == {"test_resnet", None}, "the NaN line is no run; the other one shows what it has"
+    assert runs["test_resnet"]["device"] == "cpu" and runs["test_resnet"]["layers"] == ["layer4"], "its good fields stay"
+    assert runs["test_resnet"]["counts"]["done"] == 1 and runs[None]["command"] is runs[None]["weights"] is None
