@@ -360,3 +360,63 @@ def test_thumbnails_are_reused_while_fresh_and_remade_when_their_picture_changes
     assert run_cli("report", "out").code == 0
     changed = [path for path in thumbs if identity(path) != before[path]]
     assert len(changed) == 1 and changed[0].name.endswith("o.jpg"), changed
+
+
+# ------------------------------------------------------------------ the colour legend
+
+
+def test_the_legend_colours_are_the_overlays_colours():
+    """report/legend.py's stops are what outputs/render.colorize draws at 0, 1/8, ..., 1, for every colour map."""
+    import numpy as np
+
+    from gradcam_cli.outputs.render import colorize
+    from gradcam_cli.report.legend import STOPS
+    from gradcam_cli.vocab import Colormap
+
+    assert set(STOPS) == {colormap.value for colormap in Colormap}
+    levels = np.linspace(0, 1, 9, dtype=np.float32)[None]
+    for colormap in Colormap:
+        drawn = ["#" + bytes(pixel.tolist()).hex() for pixel in colorize(levels, colormap)[0]]
+        assert list(STOPS[colormap.value]) == drawn, colormap
+
+
+@pytest.mark.parametrize(
+    ("command", "colormap"),
+    [
+        ("gradcam explain val -r --model m --colormap viridis -o out", "viridis"),
+        ("gradcam explain val --colormap=magma --colormap turbo", "turbo"),  # the last one wins, as on the command line
+        ("gradcam explain val --model m", "jet"),  # the default
+        ("gradcam eval val --model m --methods gradcam --colormap hot", "hot"),
+        ("gradcam explain val --config run.yaml", None),  # the preset may set it: not known
+        ("gradcam explain val --config=run.yaml --colormap gray", "gray"),  # flags win over a preset
+        ("gradcam explain --labels --colormap val", "jet"),  # "--colormap" is the labels file's name there
+        ("gradcam explain val -- --colormap hot", "jet"),  # after "--", inputs
+        ("gradcam explain val --colormap", None),
+        ("gradcam explain val --colormap rainbow", None),
+        ("gradcam compare a.jpg --colormap hot", None),
+        ("gradcam explain 'unbalanced", None),
+        (None, None),
+    ],
+)
+def test_the_legend_reads_a_colour_map_from_a_command_line_only_where_it_is_sure(command, colormap):
+    from gradcam_cli.report.legend import run_colours
+
+    assert run_colours({"command": command})[0] == colormap
+
+
+def test_a_run_whose_preset_set_the_colours_gets_no_legend_rather_than_a_wrong_one(run_cli):
+    Path("run.yaml").write_text("colormap: magma\n")
+    first = run_cli("explain", SHAPES / "circle_1.jpg", *SHAPES_MODEL, "--config", "run.yaml", "-o", "out", "--json")
+    assert first.code == 0, first.stderr
+    assert run_cli("report", "out").code == 0
+    header = read_data(Path("out/report"))["header"]
+    assert header["legend"] == [] and header["runs"][0]["colormap"] is None
+    second = run_cli("explain", SHAPES / "square_1.jpg", *SHAPES_MODEL, "--colormap", "plasma", "--norm", "none", "-o", "out")
+    assert second.code == 0, second.stderr
+    assert run_cli("report", "out").code == 0
+    legend = read_data(Path("out/report"))["header"]["legend"]
+    assert [(entry["colormap"], entry["norm"], entry["runs"]) for entry in legend] == [("plasma", "none", [2])]
+    third = run_cli("explain", SHAPES / "star_1.jpg", *SHAPES_MODEL, "--colormap=hot", "-o", "out")
+    assert third.code == 0 and run_cli("report", "out").code == 0
+    legend = read_data(Path("out/report"))["header"]["legend"]
+    assert [(entry["colormap"], entry["norm"], entry["runs"]) for entry in legend] == [("plasma", "none", [2]), ("hot", "minmax", [3])]

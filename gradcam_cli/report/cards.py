@@ -8,6 +8,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from gradcam_cli.report.check import is_text
+from gradcam_cli.report.legend import run_colours
 from gradcam_cli.report.thumbs import Thumb
 
 Locate = Callable[[str | None], Path | None]
@@ -136,7 +137,9 @@ def header(cards: list[dict[str, Any]], runs: list[dict[str, Any]], generated: s
 
 def _run(run: dict[str, Any]) -> dict[str, Any]:
     keys = ("command", "started", "finished", "interrupted", "model", "weights", "weights_sha256", "pretrained", "method", "layers")
-    return {key: run.get(key) for key in (*keys, "version", "device", "shard", "counts")}
+    shown = {key: run.get(key) for key in (*keys, "version", "device", "shard", "counts")}
+    shown["colormap"], shown["norm"] = run_colours(run)
+    return shown
 
 
 def _distinct(values: Iterable[Any]) -> list[Any]:
