@@ -76,6 +76,8 @@ def link(source: Path, target: Path) -> None:
 
 def synthetic(report: Path, n_cards: int, n_classes: int, n_thumbs: int, seed: int = 1) -> dict[str, Any]:
     """REPORT_SCHEMA's data for `n_cards` cards, thumbnails linked into report/thumbs."""
+    from gradcam_cli.report.legend import legends, run_colours
+
     rng = np.random.default_rng(seed)
     sources = make_thumbnails(report / "sources", n_thumbs)
     thumbs = report / "thumbs"
@@ -166,7 +168,9 @@ def synthetic(report: Path, n_cards: int, n_classes: int, n_thumbs: int, seed: i
         },
         "has_truth": True,
         "metrics": ["deletion_auc", "insertion_auc"],
+        "legend": legends([], [run]),  # the default colours, as a run that names none gets them
     }
+    run["colormap"], run["norm"] = run_colours(run)
     return {"header": header, "cards": cards}
 
 

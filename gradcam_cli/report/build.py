@@ -16,6 +16,7 @@ from gradcam_cli import __version__
 from gradcam_cli.outputs.run_files import now
 from gradcam_cli.report.cards import header, locator, place_files, record_cards, set_thumbs
 from gradcam_cli.report.collect import Warn, collect
+from gradcam_cli.report.legend import legends
 from gradcam_cli.report.page import write_page
 from gradcam_cli.report.thumbs import make_thumbs
 
@@ -36,6 +37,7 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
     for number, card in enumerate(cards):
         card["id"] = number
     data: dict[str, Any] = {"header": header(cards, collected.runs, now(), __version__), "cards": cards}
+    data["header"]["legend"] = legends(collected.records, collected.runs)
     return write_page(report_dir, data)
 
 

@@ -6,8 +6,9 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path, PurePath
 from typing import Any
-from urllib.parse import quote
 
+from gradcam_cli.report.check import is_text
+from gradcam_cli.report.legend import run_colours
 from gradcam_cli.report.thumbs import Thumb
 
 Locate = Callable[[str | None], Path | None]
@@ -21,19 +22,27 @@ def locator(bases: list[Path]) -> Locate:
             return None
         path = Path(text)
         for candidate in [path] if path.is_absolute() else [base / path for base in bases]:
-            if candidate.is_file():
-                return candidate
+            try:
+                if candidate.is_file():
+                    return candidate
+            except (OSError, ValueError):  # a name too long here (a record from another file system), a NUL in it
+                continue
         return None
 
     return locate
 
 
 def link(path: Path | None, report_dir: Path) -> str | None:
-    """A file as the page links it: relative to the report folder, percent-encoded (`#`, `?`, spaces in names)."""
+    """A file as the page links it: its path relative to the report folder, as plain text (the page percent-encodes
+    each segment once, so `#`, `?`, `%`, spaces and accents in names stay part of it); None where no page could say it."""
     if path is None:
         return None
-    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(report_dir))
-    return quote(PurePath(relative).as_posix(), safe="/")
+    try:
+        relative = os.path.relpath(os.path.abspath(path), os.path.abspath(report_dir))
+    except ValueError:  # on another drive (Windows): the absolute path, which the page turns into a file:/// URL
+        relative = os.path.abspath(path)
+    text = PurePath(relative).as_posix()
+    return text if is_text(text) else None  # bytes that are not UTF-8 in a folder's name: no link rather than a wrong one
 
 
 def _predicted(record: dict[str, Any]) -> tuple[dict[str, Any] | None, float | None]:
@@ -128,7 +137,9 @@ def header(cards: list[dict[str, Any]], runs: list[dict[str, Any]], generated: s
 
 def _run(run: dict[str, Any]) -> dict[str, Any]:
     keys = ("command", "started", "finished", "interrupted", "model", "weights", "weights_sha256", "pretrained", "method", "layers")
-    return {key: run.get(key) for key in (*keys, "version", "device", "shard", "counts")}
+    shown = {key: run.get(key) for key in (*keys, "version", "device", "shard", "counts")}
+    shown["colormap"], shown["norm"] = run_colours(run)
+    return shown
 
 
 def _distinct(values: Iterable[Any]) -> list[Any]:

@@ -2,20 +2,20 @@
 
 A folder's `records.jsonl` (and any `records*.jsonl` beside it: one per
 shard) and the files named on the command line (stdout kept with `>`) are
-read; lines that are not records are counted and said once per file, never
-fatal. Runs that resumed (`--skip-existing`) leave a skipped record after the
+read; lines that are not records (not JSON, or a field of the wrong type:
+report/check.py) are counted and said once per file, never fatal. Runs that resumed (`--skip-existing`) leave a skipped record after the
 full one: the full one stays.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gradcam_cli.errors import UsageError
+from gradcam_cli.report.check import is_record, parse, run_entry
 from gradcam_cli.inputs.sources import shown
 from gradcam_cli.outputs.run_files import RECORDS_FILE, RUNS_FILES
 
@@ -64,11 +64,11 @@ def read_records(path: Path, warn: Warn) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
+            record = parse(line)
+        except ValueError:  # JSONDecodeError is one
             bad += 1
             continue
-        if isinstance(record, dict) and isinstance(record.get("input"), str) and "ok" in record:
+        if is_record(record):
             records.append(record)
         else:
             bad += 1
@@ -98,10 +98,10 @@ def read_runs(folders: Iterable[Path]) -> list[dict[str, Any]]:
         lines = [line for path in sorted(folder.glob(RUNS_FILES)) if path.is_file() for line in _lines(path)]
         for line in lines:
             try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
+                entry = run_entry(parse(line))
+            except ValueError:
                 continue
-            if isinstance(entry, dict) and isinstance(entry.get("id"), str):
+            if entry is not None:
                 runs.setdefault(entry["id"], {}).update(entry)
     return sorted(runs.values(), key=lambda run: str(run.get("started", "")))
 

@@ -27,6 +27,12 @@ window.GRADCAM_REPORT = {
       started: "ISO", finished: "ISO"|null, interrupted: bool,
       model: "resnet50", weights: "path"|null, weights_sha256: "hex"|null, pretrained: bool,
       method: "gradcam", layers: ["layer4"], version: "0.x", device: "cpu", shard: "0/4"|null,
+      colormap: "jet"|null, norm: "minmax"|"none"|null,   // as the command line says them for sure (report/legend.py)
+    }],
+    legend: [{                                   // the overlays' colour scales, maybe [] (unknown): one per colour map and norm
+      colormap: "jet", stops: ["#000080", ...],  // the colours from low (0) to high (1), evenly spaced
+      norm: "minmax"|"none"|null,                // what the .npy files hold; the pictures scale every map to its range
+      runs: [1, 2],                              // the runs (numbered from 1 as listed) drawn with it; [] for all
     }],
     models: ["resnet50"], methods: ["gradcam"], layers: ["layer4"],   // distinct values over the cards
     counts: {images, cards, failed, blank, skipped, with_truth, correct, wrong},
@@ -46,7 +52,7 @@ window.GRADCAM_REPORT = {
     blank: false, method: "gradcam", layers: ["layer4"], model: "resnet50",
     thumb: "thumbs/0.jpg"|null, overlay_thumb: "thumbs/0o.jpg"|null,  // relative to the report folder
     thumb_w: 256, thumb_h: 192,                  // the thumbnails' size in pixels (both share it)
-    original: "../../val/cat/1.jpg"|null,        // full-size files, relative to the report folder
+    original: "../../val/cat/1.jpg"|null,        // full-size files, relative to the report folder, plain text (the page encodes)
     overlay: "../1_gradcam.png"|null, npy: "../1_gradcam.npy"|null,
     metrics: {deletion_auc: 0.12, ...},          // numeric, maybe {}
   }],

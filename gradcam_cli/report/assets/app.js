@@ -24,6 +24,7 @@
  *     #reset             button: clear every filter
  *     #show-all          button inside #notice, present when the page opened on the wrong ones
  *     #match-count       text "12 of 30 cards"; attributes data-matches, data-total, data-page, data-pages
+ *   #legend     the overlays' colour scales (header.legend): span.legend-item[data-colormap] each, hidden when none is known
  *   Summary (click to filter the cards; every other filter is cleared first):
  *     #counts     buttons [data-filter="failed"|"blank"|"wrong"|"correct"]
  *     #classes    table; buttons [data-filter="predicted"|"truth"|"wrong"][data-key="=KEY"]; #classes-more shows every class
@@ -64,6 +65,8 @@
 
   // ---- text helpers ----------------------------------------------------------------------------------------
   var ESC = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+  // (text from labels and file names may hold bidi controls: the CSS isolates every element that shows such text, and
+  // <bdi> each part of a line joined from several, so a right-to-left override ends where its text ends)
   function esc(s) {
     return s == null ? "" : String(s).replace(/[&<>"']/g, function (ch) {
       return ESC[ch];
@@ -240,10 +243,11 @@
       h += '<dl class="run">';
       if (runs.length > 1) h += '<dt class="run-n">run ' + (k + 1) + "</dt><dd>" + (r.interrupted ? '<span class="badge badge-warn">interrupted</span>' : "") + "</dd>";
       h += "<dt>model</dt><dd><b>" + esc(r.model) + "</b>" + (r.pretrained ? ' <span class="muted">pretrained</span>' : "") + "</dd>";
-      h += "<dt>weights</dt><dd>" + (r.weights ? "<code>" + esc(r.weights) + "</code>" : '<span class="muted">' + (r.pretrained ? "the library's pretrained weights" : "none") + "</span>") + "</dd>";
+      h += "<dt>weights</dt><dd>" + (r.weights ? "<code>" + esc(r.weights) + "</code>" : '<span class="muted">' + (r.pretrained ? "the library's pretrained weights" : "random weights") + "</span>") + "</dd>";
       if (r.weights_sha256) h += '<dt>SHA-256</dt><dd><code class="hash">' + esc(r.weights_sha256) + "</code></dd>";
       h += "<dt>method</dt><dd>" + esc(r.method) + "</dd>";
       h += "<dt>layers</dt><dd>" + esc((r.layers || []).join(", ")) + "</dd>";
+      if (r.colormap) h += "<dt>colours</dt><dd>" + esc(r.colormap) + (r.norm === "none" ? ' <span class="muted">(--norm none: raw values in the .npy files)</span>' : "") + "</dd>";
       if (r.device) h += "<dt>device</dt><dd>" + esc(r.device) + "</dd>";
       if (r.shard) h += "<dt>shard</dt><dd>" + esc(r.shard) + "</dd>";
       h += "<dt>dates</dt><dd>" + esc(when(r.started)) + " → " + esc(r.finished ? when(r.finished) : "not finished") + (r.interrupted && runs.length === 1 ? ' <span class="badge badge-warn">interrupted</span>' : "") + "</dd>";
@@ -273,6 +277,26 @@
       if (correct + wrong > 0) ct += tile("accuracy", ((100 * correct) / (correct + wrong)).toFixed(1) + "%");
     }
     $("counts").innerHTML = '<div class="tiles">' + ct + "</div>";
+  }
+
+  // the colour legend: each colour scale the overlays use, low (0) to high (1), and what the numbers mean
+  function renderLegend() {
+    var scales = Array.isArray(H.legend) ? H.legend : [];
+    var h = "";
+    scales.forEach(function (g) {
+      var stops = (Array.isArray(g.stops) ? g.stops : []).filter(function (c) { return /^#[0-9a-fA-F]{6}$/.test(c); });
+      if (stops.length < 2) return;
+      var note = g.norm === "none"
+        ? "each picture scales its map from its lowest value (0) to its highest (1); the .npy files hold the raw values (--norm none)"
+        : "each map scaled to its own range: 0 is its lowest value, 1 its highest";
+      var who = Array.isArray(g.runs) && g.runs.length ? (g.runs.length === 1 ? "run " : "runs ") + esc(g.runs.join(", ")) + " " : "";
+      h += '<span class="legend-item" data-colormap="' + esc(g.colormap) + '" title="' + esc(note) + '">';
+      h += '<span class="k">' + who + "colours</span> ";
+      h += '<span class="legend-end">low 0</span><span class="legend-bar" style="background:linear-gradient(to right,' + stops.join(",") + ')"></span><span class="legend-end">1 high</span>';
+      h += ' <span class="legend-name">' + esc(g.colormap) + '</span> <span class="legend-note">' + esc(note) + "</span></span>";
+    });
+    $("legend").innerHTML = h;
+    $("legend").hidden = !h;
   }
 
   // the classes table: the most wrong first (then the most images); a long list shows its first CLASS_ROWS rows
@@ -512,7 +536,7 @@
       if (c.probability != null) h += ' <span class="p">' + pct(c.probability) + "</span>";
       h += "</div>";
     }
-    if (c.true_class != null && c.true_class !== "") h += '<div class="line"><span class="k">true</span> <span class="' + (c.correct === false ? "bad" : c.correct === true ? "good" : "") + '">' + esc(c.true_class) + "</span></div>";
+    if (c.true_class != null && c.true_class !== "") h += '<div class="line"><span class="k">true</span> <span class="tv' + (c.correct === false ? " bad" : c.correct === true ? " good" : "") + '">' + esc(c.true_class) + "</span></div>";
     if (c.topk.length) {
       h += '<ol class="topk">';
       for (var k = 0; k < c.topk.length; k++) {
@@ -532,7 +556,7 @@
     }
     var meta = [c.model, c.method, (c.layers || []).join(", ")].filter(function (x) { return x; });
     if (c.ok && c.probability != null && c.margin != null) meta.push("margin " + pct(c.margin));
-    if (meta.length) h += '<div class="meta">' + esc(meta.join(" · ")) + "</div>";
+    if (meta.length) h += '<div class="meta">' + meta.map(function (m) { return "<bdi>" + esc(m) + "</bdi>"; }).join(" · ") + "</div>";
     var links = [];
     if (url(c.original)) links.push('<a href="' + esc(url(c.original)) + '" target="_blank" rel="noopener">original</a>');
     if (url(c.overlay)) links.push('<a href="' + esc(url(c.overlay)) + '" target="_blank" rel="noopener">overlay</a>');
@@ -706,6 +730,7 @@
 
   // ---- first render ------------------------------------------------------------------------------------------
   renderHeader();
+  renderLegend();
   renderClasses();
   renderConfusion();
   fillSelects();

@@ -1,0 +1,136 @@
+"""Which JSON lines are records the report can show, and which runs lines it can say.
+
+A records file is anyone's text: a line edited by hand, written by another
+tool or another version. A record is shown only when every field the page
+reads has the type explain writes (records.py), every number is finite and
+every string is valid UTF-8 (no lone surrogate from a `\\ud800` escape);
+anything else is a bad line, counted and left out, never an internal error
+half-way through the build.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Any
+
+Check = Callable[[Any], bool]
+
+
+def parse(line: str) -> Any:
+    """One JSON line; ValueError for text that is not JSON, NaN or Infinity, or nesting too deep to read."""
+    try:
+        return json.loads(line, parse_constant=_no_constant)
+    except RecursionError:  # "[[[[…" thousands deep
+        raise ValueError("nested too deep") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def is_text(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no UTF-8 page could hold it
+        return False
+    return True
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_flag(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def optional(check: Check) -> Check:
+    return lambda value: value is None or check(value)
+
+
+def list_of(check: Check) -> Check:
+    return lambda value: isinstance(value, list) and all(check(item) for item in value)
+
+
+def shaped(fields: dict[str, Check], required: tuple[str, ...] = ()) -> Check:
+    """A JSON object whose named fields pass their checks (a field left out counts as null), `required` ones present."""
+
+    def check(value: Any) -> bool:
+        return (
+            isinstance(value, dict)
+            and all(name in value for name in required)
+            and all(test(value.get(name)) for name, test in fields.items())
+        )
+
+    return check
+
+
+def _metrics(value: Any) -> bool:
+    return isinstance(value, dict) and all(is_text(name) and (number is None or is_number(number)) for name, number in value.items())
+
+
+TEXT, NUMBER, WHOLE, FLAG = optional(is_text), optional(is_number), optional(is_whole), optional(is_flag)
+TEXTS, METRICS = optional(list_of(is_text)), optional(_metrics)
+TOP_ENTRY = shaped({"index": WHOLE, "name": TEXT, "probability": is_number}, required=("probability",))
+TARGET = shaped(
+    {"class_index": WHOLE, "class_name": TEXT, "probability": NUMBER, "blank": FLAG, "overlay": TEXT, "raw": TEXT, "metrics": METRICS}
+)
+SETTINGS = shaped({"norm": TEXT, "colormap": TEXT})
+RECORD = shaped(
+    {
+        "input": is_text,
+        "ok": is_flag,
+        "error": TEXT,
+        "skipped": FLAG,
+        "model": TEXT,
+        "method": TEXT,
+        "layers": TEXTS,
+        "true_class": TEXT,
+        "correct": FLAG,
+        "outputs": TEXTS,
+        "topk": optional(list_of(TOP_ENTRY)),
+        "targets": optional(list_of(TARGET)),
+        "metrics": METRICS,
+        "settings": optional(SETTINGS),
+    },
+    required=("input", "ok"),
+)
+RUN_FIELDS: dict[str, Check] = {
+    "id": is_text,
+    "command": TEXT,
+    "cwd": TEXT,
+    "started": TEXT,
+    "finished": TEXT,
+    "interrupted": FLAG,
+    "model": TEXT,
+    "weights": TEXT,
+    "weights_sha256": TEXT,
+    "pretrained": FLAG,
+    "method": TEXT,
+    "layers": TEXTS,
+    "version": TEXT,
+    "device": TEXT,
+    "shard": TEXT,
+    "counts": optional(lambda counts: isinstance(counts, dict) and all(is_text(k) and is_whole(v) for k, v in counts.items())),
+}
+
+
+def is_record(value: Any) -> bool:
+    """A record the report can show: explain's (or eval's) fields with their types."""
+    return RECORD(value)
+
+
+def run_entry(value: Any) -> dict[str, Any] | None:
+    """A runs-file line as the report keeps it: the fields it knows that have their type (a wrong one is left
+    out, so the run still shows what is right about it); None when it has no id to join its lines by."""
+    if not isinstance(value, dict) or not is_text(value.get("id")):
+        return None
+    return {name: value[name] for name, check in RUN_FIELDS.items() if name in value and check(value[name])}
