@@ -10,18 +10,22 @@ paths mean what they meant on the command line); its rows are the images'
 records as JSON, which the driver writes to `records.jsonl` and stdout as a
 plain run does. Resume is `--skip-existing`, judged by the files as in one
 process: Ray Data's own checkpointing would keep a second account of what is
-done, one that disagrees with the folder as soon as a file is deleted.
-`ray` is an optional extra, imported only here.
+done, one that disagrees with the folder as soon as a file is deleted. The
+driver runs on a node of the cluster (Ray Data does not run through Ray
+Client) and dials the cluster's port before ray.init, whose retries against a
+dead address last minutes. `ray` is an optional extra, imported only here.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.inputs.sources import Source, output_relative
@@ -36,6 +40,9 @@ if TYPE_CHECKING:
 
 RAY_MISSING = "⟨ray⟩ needs Ray Data: pip install 'gradcam-cli[ray]'"
 BATCHES_PER_ACTOR_CALL = 4  # images per actor call, in model batches: decoding and writing overlap the model within a call
+PROBE_SECONDS = 3.0  # to connect to a cluster's port, then again for its first answer
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # the preface, then empty SETTINGS
+HTTP2_SETTINGS = 4  # the frame type an HTTP/2 server opens with
 
 
 def import_ray() -> Any:
@@ -48,23 +55,110 @@ def import_ray() -> Any:
 
 
 def connect(address: str) -> None:
-    """`local`: a new cluster on this machine; `auto`: the running one (RAY_ADDRESS or this node's); else its address."""
+    """`local`: a new cluster on this machine; `auto`: the one this node belongs to (RAY_ADDRESS or `ray start`'s);
+    else the head's address. Connected once per process: a caller's own `ray.init` stands.
+
+    A cluster's address is dialled first, bounded (`PROBE_SECONDS`): ray.init
+    against a port where no Ray answers retries for many minutes.
+    """
     import logging
 
+    global _connected_here
     ray = import_ray()
     logging.getLogger("ray.data").setLevel(logging.ERROR)  # its INFO lines on every dataset, its notice on progress bars
     if ray.is_initialized():
         return
+    dialled = _dialled(address)
+    if dialled is not None:
+        _probe(address, dialled)
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": True, "logging_level": "ERROR"}
     try:
-        ray.init(address=None if address == "local" else address, **options)
+        ray.init(address=address, **options)  # "local" as such: None would join RAY_ADDRESS's cluster
     except (ConnectionError, ValueError, RuntimeError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UsageError(
-            f"⟨ray={address}⟩: cannot reach a Ray cluster ({first}); start one (`ray start --head`) or use ⟨ray=local⟩"
-        ) from None
+        raise _unreachable(address, error) from None
+    _connected_here = True
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # the driver's own progress line says how far the run is
+
+
+_connected_here = False  # connect() called ray.init: the run's end disconnects (or stops the local cluster)
+
+
+def disconnect() -> None:
+    """The end of a run that connect() connected: Ray shut down while the interpreter is whole, not in its exit hooks."""
+    global _connected_here
+    if _connected_here:
+        import ray
+
+        ray.shutdown()
+        _connected_here = False
+
+
+def _unreachable(address: str, why: object) -> UsageError:
+    return UsageError(
+        f"⟨ray={address}⟩: cannot reach a Ray cluster ({_first_line(why)}); start one (`ray start --head`) or use ⟨ray=local⟩"
+    )
+
+
+def _first_line(why: object) -> str:
+    """Ray's errors run to many lines (an actor's pid, its namespace, advice): their first says what happened."""
+    text = str(why).strip()
+    return text.splitlines()[0].rstrip(".") if text else type(why).__name__
+
+
+def _dialled(address: str) -> str | None:
+    """The address ray.init will dial for `address` (`auto` read as Ray reads it), None for a new local cluster."""
+    dialled: str | None = address
+    if address == "local":
+        return None
+    if address == "auto":
+        dialled = os.environ.get("RAY_ADDRESS") or _recorded_cluster(address)
+    if dialled is not None and "://" in dialled:
+        via = "" if dialled == address else f" (RAY_ADDRESS={dialled})"
+        raise UsageError(
+            f"⟨ray={address}⟩{via}: Ray Data does not run through Ray Client; run gradcam on a node of the cluster "
+            "(there ⟨ray=auto⟩ finds it), e.g. `ray job submit -- gradcam explain ... ⟨ray=auto⟩`"
+        )
+    return dialled
+
+
+def _recorded_cluster(address: str) -> str | None:
+    """The cluster `ray start` recorded on this node, as ray.init finds it for `auto` (None: leave it to ray.init)."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address  # private, so optional
+    except ImportError:
+        return None
+    try:
+        return canonicalize_bootstrap_address("auto")
+    except ConnectionError:  # Ray's words name its own flag, not ours
+        raise UsageError(
+            f"⟨ray={address}⟩: no Ray cluster on this node (none started by `ray start`, RAY_ADDRESS unset); "
+            "start one (`ray start --head`), give its address, or use ⟨ray=local⟩"
+        ) from None
+
+
+def _probe(address: str, dialled: str) -> None:
+    """One bounded look at the port: something must accept the connection and speak HTTP/2 as Ray's GCS (gRPC) does;
+    under RAY_USE_TLS only the connection, since a TLS server answers nothing to a plain HTTP/2 preface."""
+    parts = urlsplit(f"//{dialled}")
+    try:
+        host, port = parts.hostname, parts.port
+    except ValueError:  # a port that is not a number: ray.init says what it expects
+        return
+    if not host or port is None:
+        return
+    where = f"{host}:{port}"
+    try:
+        with socket.create_connection((host, port), timeout=PROBE_SECONDS) as connection:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("0", "false", ""):
+                connection.sendall(HTTP2_PREFACE)
+                head = connection.recv(9)
+                if len(head) < 4 or head[3] != HTTP2_SETTINGS:
+                    raise _unreachable(address, f"what answers at {where} is not Ray")
+    except TimeoutError:
+        raise _unreachable(address, f"no answer from {where} in {PROBE_SECONDS:g} s") from None
+    except OSError as error:
+        raise _unreachable(address, f"{where}: {error.strerror or type(error).__name__}") from None
 
 
 class ExplainActor:
@@ -142,20 +236,24 @@ class RayRunner:
         self.summary = Summary()
 
     def run(self, sources: Iterable[Source], emit: Callable[[ImageRecord], None]) -> Summary:
-        ray = import_ray()
         summary = self.summary = Summary()
-        for notice in self.explainer.prepared.notices:
-            self.warn(notice)
-        found = rows(sources)
-        if not found:
-            return summary
-        results = explain_rows(ray.data.from_items(found), self.settings)
-        for row in results.iter_rows():
+        try:
+            for notice in self.explainer.prepared.notices:
+                self.warn(notice)
+            found = rows(sources)
+            if found:
+                self._explain(found, emit, summary)
+        finally:
+            disconnect()
+        return summary
+
+    def _explain(self, found: list[dict[str, str]], emit: Callable[[ImageRecord], None], summary: Summary) -> None:
+        ray = import_ray()
+        for row in explain_rows(ray.data.from_items(found), self.settings).iter_rows():
             self.explainer.checkpoint()  # Ctrl-C stops the driver at the next record, the actors with it
             record = ImageRecord.from_json(str(row["record"]))
             summary.count(record)
             emit(record)
-        return summary
 
 
 def explain_dataset(dataset: ray.data.Dataset, model: str, *, actors: int | None = None, **options: Any) -> ray.data.Dataset:
