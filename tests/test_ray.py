@@ -1,4 +1,4 @@
-"""The Ray Data runner: the same files and records as one process; reaching a cluster is one line.
+"""The Ray Data runner: the same files and records as one process, in input order; reaching a cluster is one line.
 
 Needs the `[ray]` extra (`.ci/run` installs it): skipped without it, except
 under CI=true where a missing Ray fails. The tests that only need a cluster
@@ -61,10 +61,10 @@ def test_the_ray_runner_writes_what_one_process_writes(run_cli, cluster, photos:
     assert on_ray.code == 1, on_ray.stderr  # the broken file: one error record, the others explained
     plain = run_cli("explain", "photos", "-r", *MODEL, "-o", "one", "--json")
     records = on_ray.records()
-    assert sorted(r["input"] for r in records) == sorted(r["input"] for r in plain.records())
+    assert [r["input"] for r in records] == [r["input"] for r in plain.records()], "the records of one process, in its order"
     assert len({r["input"] for r in records}) == COUNT + 1 and sum(not r["ok"] for r in records) == 1
     kept = [json.loads(line) for line in (Path("ray") / "records.jsonl").read_text().splitlines()]
-    assert sorted(r["input"] for r in kept) == sorted(r["input"] for r in records)
+    assert [r["input"] for r in kept] == [r["input"] for r in records]
     assert png_bytes(Path("ray")) == png_bytes(Path("one")), "the same overlays, byte for byte"
     assert f"explained {COUNT} of {COUNT + 1} images, 1 failed" in on_ray.stderr
     run = [json.loads(line) for line in (Path("ray") / "runs.jsonl").read_text().splitlines()]
@@ -82,6 +82,20 @@ def test_explain_dataset_from_python(cluster, photos: Path) -> None:
     rows = [json.loads(row["record"]) for row in records.iter_rows()]
     assert sorted(r["input"] for r in rows) == paths and all(r["ok"] for r in rows)
     assert all(Path(r["outputs"][0]).is_file() and r["outputs"][0].startswith("py/photos/") for r in rows)
+
+
+@pytest.mark.slow
+def test_ray_local_keeps_input_order(tmp_path: Path) -> None:
+    """A first batch far slower than the rest: a second actor finishes later batches first, yet the records come in
+    the order the inputs were named (not sorted)."""
+    slow = [write_image(tmp_path / f"slow{i}.png", 2400, 1800, seed=i) for i in range(4)]  # -b 1: one actor call
+    quick = [write_image(tmp_path / f"quick{i}.png", 48, 40, seed=10 + i) for i in range(12)]
+    named = [str(path) for path in [*slow, *quick[::-1]]]  # reversed: input order is not the names' order
+    done = cli_process(*named, *MODEL, "--ray", "local", "-b", "1", "-o", str(tmp_path / "out"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["input"] for line in done.stdout.splitlines()] == named
+    kept = (tmp_path / "out" / "records.jsonl").read_text().splitlines()
+    assert [json.loads(line)["input"] for line in kept] == named
 
 
 @pytest.fixture

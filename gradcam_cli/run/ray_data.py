@@ -8,12 +8,13 @@ overlays itself, into the output folder, which must be storage every node
 sees at the same path (the actors work in the driver's folder, so relative
 paths mean what they meant on the command line); its rows are the images'
 records as JSON, which the driver writes to `records.jsonl` and stdout as a
-plain run does. Resume is `--skip-existing`, judged by the files as in one
-process: Ray Data's own checkpointing would keep a second account of what is
-done, one that disagrees with the folder as soon as a file is deleted. The
-driver runs on a node of the cluster (Ray Data does not run through Ray
-Client) and dials the cluster's port before ray.init, whose retries against a
-dead address last minutes. `ray` is an optional extra, imported only here.
+plain run does, in input order (Ray Data's `preserve_order`). Resume is
+`--skip-existing`, judged by the files as in one process: Ray Data's own
+checkpointing would keep a second account of what is done, one that
+disagrees with the folder as soon as a file is deleted. The driver runs on
+a node of the cluster (Ray Data does not run through Ray Client) and dials
+the cluster's port before ray.init, whose retries against a dead address last
+minutes. `ray` is an optional extra, imported only here.
 """
 
 from __future__ import annotations
@@ -236,6 +237,7 @@ class RayRunner:
         self.summary = Summary()
 
     def run(self, sources: Iterable[Source], emit: Callable[[ImageRecord], None]) -> Summary:
+        """The records in input order, as one process gives them, each emitted as soon as those before it are."""
         summary = self.summary = Summary()
         try:
             for notice in self.explainer.prepared.notices:
@@ -249,7 +251,11 @@ class RayRunner:
 
     def _explain(self, found: list[dict[str, str]], emit: Callable[[ImageRecord], None], summary: Summary) -> None:
         ray = import_ray()
-        for row in explain_rows(ray.data.from_items(found), self.settings).iter_rows():
+        dataset = ray.data.from_items(found)
+        # Ray Data's own ordering: a batch done early waits for those before it (the few batches in flight),
+        # the rest still streams
+        dataset.context.execution_options.preserve_order = True
+        for row in explain_rows(dataset, self.settings).iter_rows():
             self.explainer.checkpoint()  # Ctrl-C stops the driver at the next record, the actors with it
             record = ImageRecord.from_json(str(row["record"]))
             summary.count(record)
