@@ -85,9 +85,9 @@ def test_explain_dataset_from_python(cluster, photos: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ray_local_keeps_input_order(tmp_path: Path) -> None:
+def test_ray_local_keeps_input_order_and_says_no_error(tmp_path: Path) -> None:
     """A first batch far slower than the rest: a second actor finishes later batches first, yet the records come in
-    the order the inputs were named (not sorted)."""
+    the order the inputs were named (not sorted), and a run that succeeds prints no error line on stderr."""
     slow = [write_image(tmp_path / f"slow{i}.png", 2400, 1800, seed=i) for i in range(4)]  # -b 1: one actor call
     quick = [write_image(tmp_path / f"quick{i}.png", 48, 40, seed=10 + i) for i in range(12)]
     named = [str(path) for path in [*slow, *quick[::-1]]]  # reversed: input order is not the names' order
@@ -96,6 +96,60 @@ def test_ray_local_keeps_input_order(tmp_path: Path) -> None:
     assert [json.loads(line)["input"] for line in done.stdout.splitlines()] == named
     kept = (tmp_path / "out" / "records.jsonl").read_text().splitlines()
     assert [json.loads(line)["input"] for line in kept] == named
+    lines = done.stderr.splitlines()
+    assert lines and all(line.startswith("gradcam: ") for line in lines), done.stderr  # Ray's own lines would not
+    assert "error" not in done.stderr.lower(), done.stderr
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (a local cluster's raylet and its workers are the CLI's children), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) if entry.name.isdigit() else None
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        if parent is not None:
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        found.append(todo.pop())
+        todo.extend(children.get(found[-1], []))
+    return found
+
+
+@pytest.mark.slow
+def test_a_lost_actor_stops_the_run_in_one_line_and_skip_existing_finishes_it(tmp_path: Path) -> None:
+    """Actors are not restarted (no error line on every run for it): losing them stops the run with one line, its
+    records and files whole, and a rerun with --skip-existing (here in one process) does exactly the rest."""
+    import select
+    import signal
+
+    for index in range(120):
+        write_image(tmp_path / "photos" / f"img{index:03d}.png", 48, 40, seed=index)
+    command = cli_command("explain", "photos", *MODEL, "-b", "1", "-o", "out", "--json")
+    process = subprocess.Popen([*command, "--ray", "local"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], HANG_GUARD_S)
+        assert ready and process.stdout.readline(), "a first record"  # the actors are up and at work
+        workers = [pid for pid in descendants(process.pid) if b"MapWorker" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert workers, "the actors run below the CLI's local cluster"
+        for pid in workers:  # all of them: a lone idle one might just be left out of the pool
+            os.kill(pid, signal.SIGKILL)
+        out, err = process.communicate(timeout=HANG_GUARD_S)
+    finally:
+        process.kill()
+    assert process.returncode == 1, err
+    lines = [line for line in err.splitlines() if not line.startswith("gradcam: --no-pretrained")]
+    assert len(lines) == 1 and lines[0].startswith("gradcam: error: a Ray actor was lost ("), err
+    assert "rerun with --skip-existing" in lines[0]
+    first = [json.loads(line)["input"] for line in (tmp_path / "out" / "records.jsonl").read_text().splitlines()]
+    assert 1 <= len(first) < 120
+    resumed = subprocess.run(command + ["--skip-existing"], capture_output=True, text=True, timeout=HANG_GUARD_S, env=cli_env())
+    assert resumed.returncode == 0, resumed.stderr
+    records = [json.loads(line) for line in resumed.stdout.splitlines()]
+    assert sorted(r["input"] for r in records) == sorted(f"photos/img{index:03d}.png" for index in range(120))
+    assert {r["input"] for r in records if r.get("skipped")} >= set(first), "what the stopped run recorded is done"
 
 
 @pytest.fixture

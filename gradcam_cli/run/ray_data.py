@@ -11,24 +11,27 @@ records as JSON, which the driver writes to `records.jsonl` and stdout as a
 plain run does, in input order (Ray Data's `preserve_order`). Resume is
 `--skip-existing`, judged by the files as in one process: Ray Data's own
 checkpointing would keep a second account of what is done, one that
-disagrees with the folder as soon as a file is deleted. The driver runs on
-a node of the cluster (Ray Data does not run through Ray Client) and dials
-the cluster's port before ray.init, whose retries against a dead address last
+disagrees with the folder as soon as a file is deleted; it is also what
+follows a lost actor, as actors are not restarted. The driver runs on a node
+of the cluster (Ray Data does not run through Ray Client) and dials the
+cluster's port before ray.init, whose retries against a dead address last
 minutes. `ray` is an optional extra, imported only here.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import sys
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.errors import ExitCode, GradcamError, UsageError
 from gradcam_cli.inputs.sources import Source, output_relative
 from gradcam_cli.outputs.records import ImageRecord
 from gradcam_cli.run.summary import Summary
@@ -66,7 +69,9 @@ def connect(address: str) -> None:
 
     global _connected_here
     ray = import_ray()
-    logging.getLogger("ray.data").setLevel(logging.ERROR)  # its INFO lines on every dataset, its notice on progress bars
+    # its INFO lines on every dataset, and its failures' tracebacks: they reach the driver as exceptions, said in one
+    # line (and are kept in the session's ray-data log)
+    logging.getLogger("ray.data").setLevel(logging.CRITICAL)
     if ray.is_initialized():
         return
     dialled = _dialled(address)
@@ -204,15 +209,37 @@ def explain_rows(dataset: ray.data.Dataset, settings: ExplainSettings, *, actors
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0)) if not settings.run.device.startswith(("cpu", "mps")) else 0
     size = actors or max(1, gpus or int(resources.get("CPU", 1)))
-    return dataset.map_batches(
-        ExplainActor,
-        fn_constructor_kwargs={"settings": replace(settings, run=replace(settings.run, ray=None)), "cwd": os.getcwd()},
-        batch_size=settings.run.batch_size * BATCHES_PER_ACTOR_CALL,
-        batch_format="numpy",
-        compute=ray.data.ActorPoolStrategy(size=size),
-        num_gpus=1 if gpus else None,
-        num_cpus=None if gpus else 1,
-    )
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")  # max_restarts has no named form yet
+        return dataset.map_batches(
+            ExplainActor,
+            fn_constructor_kwargs={"settings": replace(settings, run=replace(settings.run, ray=None)), "cwd": os.getcwd()},
+            batch_size=settings.run.batch_size * BATCHES_PER_ACTOR_CALL,
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=size),
+            num_gpus=1 if gpus else None,
+            num_cpus=None if gpus else 1,
+            **_no_restarts(dataset.map_batches),
+        )
+
+
+def _no_restarts(map_batches: Callable[..., Any]) -> dict[str, Any]:
+    """Actors that are not restarted, where this Ray takes `max_restarts`.
+
+    Ray Data restarts a lost actor by default (-1), from arguments it keeps in
+    the object store, which Ray says may then fail (ray-project/ray#53727) and
+    logs as an error line on every run. Without restarts a lost actor (its
+    node gone, killed for memory) fails the run; --skip-existing resumes it.
+    """
+    parameters = inspect.signature(map_batches).parameters.values()
+    takes = any(p.name == "max_restarts" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    return {"max_restarts": 0} if takes else {}
+
+
+class ActorLost(GradcamError):
+    """An actor's process or node went away mid-run: the run stops, every file written is complete."""
+
+    exit_code = ExitCode.SOME_INPUTS_FAILED
 
 
 class RayRunner:
@@ -255,11 +282,17 @@ class RayRunner:
         # Ray Data's own ordering: a batch done early waits for those before it (the few batches in flight),
         # the rest still streams
         dataset.context.execution_options.preserve_order = True
-        for row in explain_rows(dataset, self.settings).iter_rows():
-            self.explainer.checkpoint()  # Ctrl-C stops the driver at the next record, the actors with it
-            record = ImageRecord.from_json(str(row["record"]))
-            summary.count(record)
-            emit(record)
+        try:
+            for row in explain_rows(dataset, self.settings).iter_rows():
+                self.explainer.checkpoint()  # Ctrl-C stops the driver at the next record, the actors with it
+                record = ImageRecord.from_json(str(row["record"]))
+                summary.count(record)
+                emit(record)
+        except ray.exceptions.RayActorError as error:  # not restarted (_no_restarts)
+            raise ActorLost(
+                f"a Ray actor was lost ({_first_line(error)}); {summary.total} of {len(found)} inputs have their records; "
+                "rerun with ⟨skip_existing⟩ to do the rest"
+            ) from None
 
 
 def explain_dataset(dataset: ray.data.Dataset, model: str, *, actors: int | None = None, **options: Any) -> ray.data.Dataset:
