@@ -199,10 +199,12 @@ OPTIONS: tuple[Option, ...] = (
                "processes do every input once; under `torchrun` (`RANK`/`WORLD_SIZE`) or SLURM (`SLURM_PROCID`/"
                "`SLURM_NTASKS`) it comes from the environment. Each share keeps its own `records.shard-I-of-N.jsonl`"),
     Option(name="ray", flags=("--ray",), kind=str, default=None, group="run", metavar="ADDRESS",
-           help="Run on Ray Data: local (a new cluster here), auto (the running one) or ray://HOST:PORT. Needs gradcam-cli[ray].",
+           help="Run on Ray Data: local (a new cluster here), auto (the cluster of this node) or the head's HOST:PORT. "
+                "Needs gradcam-cli[ray].",
            doc="run the images on a Ray Data pipeline, an actor per GPU (or CPU) each holding the model: `local` starts a "
-               "cluster on this machine, `auto` joins the running one, or its address (`ray://head:10001`); the output folder "
-               "must be storage every node mounts at the same path. Needs `pip install 'gradcam-cli[ray]'`"),
+               "cluster on this machine, `auto` joins the one this node belongs to, or the head's address (`head:6379`); "
+               "run it on a node of the cluster (`ray job submit`): Ray Data does not run through Ray Client (`ray://`). "
+               "The output folder must be storage every node mounts at the same path. Needs `pip install 'gradcam-cli[ray]'`"),
     Option(name="precision", flags=("--precision",), kind=Precision, default=Precision.auto.value, group="run",
            help="auto (bf16 on CUDA, fp32 elsewhere), fp32, bf16 or fp16 for the model's passes; CAM maths stay fp32.",
            doc="`auto` (bf16 autocast on CUDA, fp32 elsewhere), `fp32`, `bf16`, `fp16`: the dtype of the model's passes; "
