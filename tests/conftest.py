@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -40,6 +44,59 @@ def pytest_configure(config: pytest.Config) -> None:
         "XDG_CACHE_HOME": str(cache / "xdg"),
     }.items():
         os.environ[name] = value
+
+
+def in_ci() -> bool:
+    """CI installs every test extra (`.ci/run` sets CI=true), so there a missing one is a failure, not a skip."""
+    return os.environ.get("CI") == "true"
+
+
+def require(module: str, python: tuple[int, int] | None = None) -> ModuleType:
+    """`pytest.importorskip(module)` that fails under CI=true: a missing test extra must not turn parity green by skipping.
+
+    `python`: the oldest Python the test extra installs the module for (torchcam 0.5 needs 3.11); below it
+    the tests skip everywhere, CI included, and say why.
+    """
+    if python is not None and sys.version_info < python:
+        reason = f"{module} is tested on Python {python[0]}.{python[1]} and newer only (the test extra's range)"
+        pytest.skip(reason, allow_module_level=True)
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        if in_ci():
+            pytest.fail(f"{module} is missing under CI=true ({error}); CI installs it: pip install -e '.[test]'", pytrace=False)
+        pytest.skip(f"{module} is not installed ({error}): pip install -e '.[test]'", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def process_starts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The processes a test starts; one not marked slow may start none (the fast loop stays fast), or it errors.
+
+    Counts `subprocess.Popen` (so `subprocess.run`, torchrun, Ray's daemons, playwright's browser) and
+    `os.fork`/`os.forkpty` (pseudo-terminals, multiprocessing). Module fixtures set up before this one are not seen:
+    a module whose fixture starts processes marks its tests slow.
+    """
+    started: list[str] = []
+    if request.node.get_closest_marker("slow") is None:
+        popen_init = subprocess.Popen.__init__
+
+        def counted_popen(self: subprocess.Popen, args: Any, *more: Any, **kwargs: Any) -> None:
+            started.append(f"subprocess {args!r}"[:200])
+            popen_init(self, args, *more, **kwargs)
+
+        monkeypatch.setattr(subprocess.Popen, "__init__", counted_popen)
+        for name in ("fork", "forkpty"):
+            real = getattr(os, name)
+
+            def counted_fork(*args: Any, _real: Any = real, _name: str = name) -> Any:
+                started.append(f"os.{_name}()")
+                return _real(*args)
+
+            monkeypatch.setattr(os, name, counted_fork)
+    yield started
+    if started:
+        first = started[0]
+        pytest.fail(f"a test not marked slow started {len(started)} process(es), first {first}: mark it @pytest.mark.slow", pytrace=False)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -197,7 +254,7 @@ def tv_resnet18() -> nn.Module:
     """torchvision's resnet18 with seeded random weights, in eval mode: in-place ReLUs, one ReLU module reused."""
     import torch
 
-    torchvision = pytest.importorskip("torchvision")
+    torchvision = require("torchvision")
     torch.manual_seed(0)
     return torchvision.models.resnet18(weights=None).eval()
 

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 import gradcam_cli
-from conftest import seeded, shared_timm_model, write_image
+from conftest import require, seeded, shared_timm_model, write_image
 from gradcam_cli.cams.methods import METHODS
 
-timm = pytest.importorskip("timm")
-pytest.importorskip("pytorch_grad_cam")
+timm = require("timm")
+require("pytorch_grad_cam")
 from pytorch_grad_cam import (  # noqa: E402
     EigenGradCAM,
     GradCAM,

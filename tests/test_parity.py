@@ -14,10 +14,10 @@ import pytest
 import torch
 
 import gradcam_cli
-from conftest import seeded, timm_model
+from conftest import require, seeded, timm_model
 
-timm = pytest.importorskip("timm")
-pytorch_grad_cam = pytest.importorskip("pytorch_grad_cam")
+timm = require("timm")
+pytorch_grad_cam = require("pytorch_grad_cam")
 from pytorch_grad_cam import GradCAM  # noqa: E402
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget  # noqa: E402
 
@@ -64,7 +64,7 @@ def test_timm_resnet_layer4_matches_reference() -> None:
 
 
 def test_torchvision_resnet18_non_square_matches_reference() -> None:
-    torchvision = pytest.importorskip("torchvision")
+    torchvision = require("torchvision")
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None).eval()
     x = seeded(2, 2, 3, 96, 128)

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import png_bytes, write_photo_tree
+from conftest import png_bytes, require, write_photo_tree
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("ray.data")
+ray = require("ray")
+require("ray.data")
+pytestmark = pytest.mark.slow  # a local Ray cluster for the module: its daemons and actors are processes
 
 MODEL = ("--model", "test_resnet", "--no-pretrained")
 COUNT = 10
