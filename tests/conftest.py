@@ -225,6 +225,24 @@ def run_cli():
     return run
 
 
+@pytest.fixture
+def reference_signed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytorch-grad-cam gives signed maps while the test runs: the map's ReLU, base_cam's two `np.maximum(cam, 0)`
+    (its only np.maximum), passes the map through. The methods' own ReLUs (on gradients, in their modules) stay."""
+    base_cam = require("pytorch_grad_cam.base_cam")
+
+    class NumpyWithoutTheMapsRelu:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(np, name)
+
+        @staticmethod
+        def maximum(values: Any, floor: Any) -> Any:
+            assert np.all(floor == 0), "base_cam's np.maximum is no longer only the map's ReLU: check it"
+            return values
+
+    monkeypatch.setattr(base_cam, "np", NumpyWithoutTheMapsRelu())
+
+
 # ---------------------------------------------------------------- small models, never pretrained
 
 
