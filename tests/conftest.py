@@ -207,22 +207,24 @@ class CliResult:
         return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
 
 
-@pytest.fixture
-def run_cli():
-    """Run `gradcam ARGS` in this process (torch loads once) with captured streams."""
+def call_cli(*args: Any, stdin: str = "") -> CliResult:
+    """`gradcam ARGS` in this process (torch loads once) with captured streams; module fixtures call it directly."""
     from gradcam_cli.cli.app import main
     from gradcam_cli.cli.console import Streams
 
-    def run(*args: str, stdin: str = "") -> CliResult:
-        out, err = io.StringIO(), io.StringIO()
-        try:
-            main([str(a) for a in args], streams=Streams(io.StringIO(stdin), out, err))
-            code = 0
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-        return CliResult(code, out.getvalue(), err.getvalue())
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        main([str(a) for a in args], streams=Streams(io.StringIO(stdin), out, err))
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    return CliResult(code, out.getvalue(), err.getvalue())
 
-    return run
+
+@pytest.fixture
+def run_cli():
+    """Run `gradcam ARGS` in this process (torch loads once) with captured streams."""
+    return call_cli
 
 
 @pytest.fixture
