@@ -101,11 +101,13 @@ def process_starts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
 
 @pytest.fixture(scope="session", autouse=True)
 def seeded_torch() -> None:
-    """The same random start for every run; two threads at most, as the machines that run the suite have."""
+    """The same random start for every run; two threads at most, as the machines that run the suite have,
+    shared out among pytest-xdist's workers (`-n 2` on 2 cores: one each, so none waits for a core)."""
     import torch
 
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     torch.manual_seed(0)
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, require
+from conftest import ROOT, in_ci, require
 
 
 def test_a_missing_test_extra_skips_here_and_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -44,3 +44,37 @@ def test_a_process_started_by_a_fast_test_is_counted(process_starts: list[str]) 
 def test_a_slow_test_may_start_processes(process_starts: list[str]) -> None:
     subprocess.run([sys.executable, "-c", "pass"], check=True)
     assert process_starts == []
+
+
+def pinned_references() -> dict[str, str]:
+    """test-constraints.txt: each reference library's pinned version, for this Python."""
+    from packaging.requirements import Requirement
+
+    pins = {}
+    for line in (ROOT / "test-constraints.txt").read_text(encoding="utf-8").splitlines():
+        text = line.split("#", 1)[0].strip()
+        if text:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate():
+                (specifier,) = requirement.specifier
+                assert specifier.operator == "==", f"a constraint pins one version: {text}"
+                pins[requirement.name] = specifier.version
+    return pins
+
+
+def test_the_references_are_the_pinned_versions() -> None:
+    """Parity is measured against the versions test-constraints.txt pins (CI installs with it), not whatever is newest."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    pins = pinned_references()
+    assert "grad-cam" in pins
+    installed = {}
+    for name in pins:
+        try:
+            installed[name] = version(name)
+        except PackageNotFoundError:
+            installed[name] = "not installed"
+    wrong = {name: f"{installed[name]}, pinned {pinned}" for name, pinned in pins.items() if installed[name] != pinned}
+    if wrong and not in_ci():
+        pytest.skip(f"other reference versions here ({wrong}): pip install -e '.[test]' -c test-constraints.txt")
+    assert not wrong, f"CI must install the pinned references: {wrong}"
