@@ -1,12 +1,13 @@
-"""Pointing game: does Grad-CAM on the example model point at the shape?
+"""Pointing game: does this tool's Grad-CAM on the example model point at the shape?
 
 Why: a heat-map tool is only useful if the heat lands on the evidence.  On
-fresh synthetic scenes (a seed never used in training, non-square sizes) we
-compute Grad-CAM with pytorch-grad-cam at the model's default target layer
-(timm ``feature_info[-1]``, ``layer4`` for test_resnet), target = predicted
-class, squash the 160x160 CAM back to the original width x height, and count a
-hit when its argmax pixel lies within ``--tolerance`` px of the shape's
-bounding box.  This is the reference the CLI's acceptance test mirrors.
+fresh synthetic scenes (a seed never used in training, non-square sizes) each
+scene goes through ``gradcam_cli.explain`` (the same code as ``gradcam explain
+IMAGE`` with the example preset: the default layer, ``layer4``, the predicted
+class, the map put back onto the scene at its own width x height), and a hit
+is counted when the map's hottest pixel lies within ``--tolerance`` px of the
+shape's bounding box.  ``tests/test_pointing_game.py`` checks the same through
+the command line on other scenes.
 
     python examples/pointing_game_check.py            # 100 scenes, seed 7
 
@@ -19,22 +20,19 @@ import argparse
 import sys
 from pathlib import Path
 
-import cv2
 import numpy as np
-import timm
 import torch
-from PIL import Image
-from pytorch_grad_cam import GradCAM
-from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
-from safetensors.torch import load_file
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(HERE.parent))  # this checkout's gradcam_cli, installed or not
 from shapes import CLASSES, make_scene  # noqa: E402
 
+import gradcam_cli  # noqa: E402
+
 WEIGHTS = HERE / "shapes_model" / "shapes_test_resnet.safetensors"
+LABELS = HERE / "shapes_model" / "labels.txt"
 SIZES = [(320, 240), (240, 320), (400, 260), (200, 300)]
-_PIL_INTERP = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "nearest": Image.NEAREST}
 
 
 def distance_to_box(x: int, y: int, box: tuple[int, int, int, int]) -> float:
@@ -56,38 +54,25 @@ def main() -> int:
     args = ap.parse_args()
 
     torch.set_num_threads(2)
-    model = timm.create_model("test_resnet", pretrained=False, num_classes=len(CLASSES))
-    model.load_state_dict(load_file(str(args.weights)), strict=True)
-    model.eval()
-    cfg = timm.data.resolve_model_data_config(model)
-    size = cfg["input_size"][-1]
-    interp = _PIL_INTERP.get(cfg["interpolation"], Image.BILINEAR)
-    mean = np.asarray(cfg["mean"], np.float32)
-    std = np.asarray(cfg["std"], np.float32)
-    layer = model.get_submodule(model.feature_info[-1]["module"])
+    model = gradcam_cli.load_model("test_resnet", weights=args.weights, labels=LABELS, pretrained=False, device="cpu")
 
     rng = np.random.default_rng(args.seed)
     hits, correct = 0, 0
     per_size: dict[tuple[int, int], list[int]] = {s: [0, 0] for s in SIZES}
-    with GradCAM(model=model, target_layers=[layer]) as cam:
-        for i in range(args.n):
-            w, h = SIZES[i % len(SIZES)]
-            img, cls, box = make_scene(rng, w, h)
-            x = (np.asarray(img.resize((size, size), interp), np.float32) / 255.0 - mean) / std
-            x = torch.from_numpy(x.transpose(2, 0, 1)).unsqueeze(0)
-            with torch.no_grad():
-                pred = int(model(x).argmax(1))
-            heat = cam(input_tensor=x, targets=[ClassifierOutputTarget(pred)])[0]
-            heat = cv2.resize(heat, (w, h), interpolation=cv2.INTER_LINEAR)
-            yy, xx = np.unravel_index(int(np.argmax(heat)), heat.shape)
-            d = distance_to_box(int(xx), int(yy), box)
-            hit = d <= args.tolerance
-            hits += hit
-            correct += pred == cls
-            per_size[(w, h)][0] += hit
-            per_size[(w, h)][1] += 1
-            if args.verbose and not hit:
-                print(f"  miss #{i}: {w}x{h} {CLASSES[cls]} (pred {CLASSES[pred]}) box={box} argmax=({xx},{yy}) dist={d:.0f}px")
+    for i in range(args.n):
+        w, h = SIZES[i % len(SIZES)]
+        img, cls, box = make_scene(rng, w, h)
+        result = gradcam_cli.explain(img, model)
+        assert result.map.shape == (h, w)
+        yy, xx = np.unravel_index(int(np.argmax(result.map)), result.map.shape)
+        d = distance_to_box(int(xx), int(yy), box)
+        hit = d <= args.tolerance
+        hits += hit
+        correct += result.class_index == cls
+        per_size[(w, h)][0] += hit
+        per_size[(w, h)][1] += 1
+        if args.verbose and not hit:
+            print(f"  miss #{i}: {w}x{h} {CLASSES[cls]} (pred {result.class_name}) box={box} argmax=({xx},{yy}) dist={d:.0f}px")
 
     rate = hits / args.n
     print("per size: " + ", ".join(f"{w}x{h} {a}/{b}" for (w, h), (a, b) in per_size.items()))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from gradcam_cli.version import __version__
 
 # name → the module that holds it; imported on first use (PEP 562), so `import gradcam_cli` imports no torch
 _LAZY = {

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,13 +46,68 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[name] = value
 
 
+def in_ci() -> bool:
+    """CI installs every test extra (`.ci/run` sets CI=true), so there a missing one is a failure, not a skip."""
+    return os.environ.get("CI") == "true"
+
+
+def require(module: str, python: tuple[int, int] | None = None) -> ModuleType:
+    """`pytest.importorskip(module)` that fails under CI=true: a missing test extra must not turn parity green by skipping.
+
+    `python`: the oldest Python the test extra installs the module for (torchcam 0.5 needs 3.11); below it
+    the tests skip everywhere, CI included, and say why.
+    """
+    if python is not None and sys.version_info < python:
+        reason = f"{module} is tested on Python {python[0]}.{python[1]} and newer only (the test extra's range)"
+        pytest.skip(reason, allow_module_level=True)
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        if in_ci():
+            pytest.fail(f"{module} is missing under CI=true ({error}); CI installs it: pip install -e '.[test]'", pytrace=False)
+        pytest.skip(f"{module} is not installed ({error}): pip install -e '.[test]'", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def process_starts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The processes a test starts; one not marked slow may start none (the fast loop stays fast), or it errors.
+
+    Counts `subprocess.Popen` (so `subprocess.run`, torchrun, Ray's daemons, playwright's browser) and
+    `os.fork`/`os.forkpty` (pseudo-terminals, multiprocessing). Module fixtures set up before this one are not seen:
+    a module whose fixture starts processes marks its tests slow.
+    """
+    started: list[str] = []
+    if request.node.get_closest_marker("slow") is None:
+        popen_init = subprocess.Popen.__init__
+
+        def counted_popen(self: subprocess.Popen, args: Any, *more: Any, **kwargs: Any) -> None:
+            started.append(f"subprocess {args!r}"[:200])
+            popen_init(self, args, *more, **kwargs)
+
+        monkeypatch.setattr(subprocess.Popen, "__init__", counted_popen)
+        for name in ("fork", "forkpty"):
+            real = getattr(os, name)
+
+            def counted_fork(*args: Any, _real: Any = real, _name: str = name) -> Any:
+                started.append(f"os.{_name}()")
+                return _real(*args)
+
+            monkeypatch.setattr(os, name, counted_fork)
+    yield started
+    if started:
+        first = started[0]
+        pytest.fail(f"a test not marked slow started {len(started)} process(es), first {first}: mark it @pytest.mark.slow", pytrace=False)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def seeded_torch() -> None:
-    """The same random start for every run; two threads at most, as the machines that run the suite have."""
+    """The same random start for every run; two threads at most, as the machines that run the suite have,
+    shared out among pytest-xdist's workers (`-n 2` on 2 cores: one each, so none waits for a core)."""
     import torch
 
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     torch.manual_seed(0)
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture(autouse=True)
@@ -150,22 +209,42 @@ class CliResult:
         return [json.loads(line) for line in self.stdout.splitlines() if line.strip()]
 
 
-@pytest.fixture
-def run_cli():
-    """Run `gradcam ARGS` in this process (torch loads once) with captured streams."""
+def call_cli(*args: Any, stdin: str = "") -> CliResult:
+    """`gradcam ARGS` in this process (torch loads once) with captured streams; module fixtures call it directly."""
     from gradcam_cli.cli.app import main
     from gradcam_cli.cli.console import Streams
 
-    def run(*args: str, stdin: str = "") -> CliResult:
-        out, err = io.StringIO(), io.StringIO()
-        try:
-            main([str(a) for a in args], streams=Streams(io.StringIO(stdin), out, err))
-            code = 0
-        except SystemExit as exit_:
-            code = int(exit_.code or 0)
-        return CliResult(code, out.getvalue(), err.getvalue())
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        main([str(a) for a in args], streams=Streams(io.StringIO(stdin), out, err))
+        code = 0
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    return CliResult(code, out.getvalue(), err.getvalue())
 
-    return run
+
+@pytest.fixture
+def run_cli():
+    """Run `gradcam ARGS` in this process (torch loads once) with captured streams."""
+    return call_cli
+
+
+@pytest.fixture
+def reference_signed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytorch-grad-cam gives signed maps while the test runs: the map's ReLU, base_cam's two `np.maximum(cam, 0)`
+    (its only np.maximum), passes the map through. The methods' own ReLUs (on gradients, in their modules) stay."""
+    base_cam = require("pytorch_grad_cam.base_cam")
+
+    class NumpyWithoutTheMapsRelu:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(np, name)
+
+        @staticmethod
+        def maximum(values: Any, floor: Any) -> Any:
+            assert np.all(floor == 0), "base_cam's np.maximum is no longer only the map's ReLU: check it"
+            return values
+
+    monkeypatch.setattr(base_cam, "np", NumpyWithoutTheMapsRelu())
 
 
 # ---------------------------------------------------------------- small models, never pretrained
@@ -197,7 +276,7 @@ def tv_resnet18() -> nn.Module:
     """torchvision's resnet18 with seeded random weights, in eval mode: in-place ReLUs, one ReLU module reused."""
     import torch
 
-    torchvision = pytest.importorskip("torchvision")
+    torchvision = require("torchvision")
     torch.manual_seed(0)
     return torchvision.models.resnet18(weights=None).eval()
 

@@ -225,6 +225,7 @@ def test_a_whole_network_method_says_it_ignores_layers(resnet, photo: Path) -> N
     assert result.record.layers[0].startswith("input + ")
 
 
+@pytest.mark.slow
 def test_the_api_names_are_lazy_and_torch_free() -> None:
     code = (
         "import sys, gradcam_cli; names = set(dir(gradcam_cli)); "

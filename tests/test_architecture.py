@@ -14,9 +14,10 @@ from pathlib import Path
 from conftest import ROOT
 
 PACKAGE = ROOT / "gradcam_cli"
+TOP = "__init__"  # the package's own `__init__`: what `import gradcam_cli` and `from gradcam_cli import NAME` run
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "vocab", "values", "option_table", "settings", "model.state"}),
+    ("leaves", {"errors", "vocab", "values", "option_table", "settings", "model.state", "version"}),
     ("models", {"model", "model.*"}),
     ("tensors and pixels", {"layout", "geometry", "maps"}),
     ("layers", {"layers", "layers.*"}),
@@ -29,44 +30,54 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("the report", {"report", "report.*"}),
     ("the Python API", {"api_results", "api"}),
     ("the engine", {"run", "run.*"}),
-    ("the command line", {"cli", "cli.*", "__main__", "__init__"}),
+    ("the command line", {"cli", "cli.*", "__main__", TOP}),
 ]
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE).with_suffix("").parts
-    name = ".".join(parts)
-    return name[: -len(".__init__")] if name.endswith(".__init__") else name
+def _module_name(path: Path, package: Path = PACKAGE) -> str:
+    """`run.prepare` for gradcam_cli/run/prepare.py, `run` for gradcam_cli/run/__init__.py, TOP for gradcam_cli/__init__.py."""
+    parts = path.relative_to(package).with_suffix("").parts
+    parts = parts[:-1] if parts[-1] == "__init__" else parts
+    return ".".join(parts) or TOP
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The package's modules this file imports, anywhere in it."""
-    name = _module_name(path)
-    package = name.split(".")[:-1] if path.name != "__init__.py" else name.split(".")
+def _imports(path: Path, modules: set[str], package: Path = PACKAGE) -> set[str]:
+    """The package's modules this file imports, anywhere in it, the package itself (TOP) included.
+
+    `from X import NAME` imports the submodule X.NAME where there is one, else X itself:
+    `from gradcam_cli import __version__` runs gradcam_cli/__init__.py, so it is an import of TOP.
+    """
+    name = _module_name(path, package)
+    here = list(path.relative_to(package).parts[:-1])  # the package a relative import starts from
     found: set[str] = set()
+
+    def add(dotted: str) -> None:
+        module = dotted or TOP
+        if module in modules and module != name:
+            found.add(module)
+
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package[: len(package) - node.level + 1]
-            target = ".".join([*base, *([node.module] if node.module else [])])
-            for candidate in [target, *(f"{target}.{alias.name}".lstrip(".") for alias in node.names)]:
-                if candidate in modules and candidate != name:
-                    found.add(candidate)
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gradcam_cli"):
-            target = (node.module or "").removeprefix("gradcam_cli").lstrip(".")
-            for candidate in [target, *(f"{target}.{alias.name}".lstrip(".") for alias in node.names)]:
-                if candidate in modules and candidate != name:
-                    found.add(candidate)
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here[: len(here) - node.level + 1]
+                target = ".".join([*base, *([node.module] if node.module else [])])
+            elif node.module == "gradcam_cli" or (node.module or "").startswith("gradcam_cli."):
+                target = (node.module or "").removeprefix("gradcam_cli").lstrip(".")
+            else:
+                continue
+            for alias in node.names:
+                submodule = f"{target}.{alias.name}".lstrip(".")
+                add(submodule if submodule in modules else target)
         elif isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.startswith("gradcam_cli."):
-                    found.add(alias.name.removeprefix("gradcam_cli."))
+                if alias.name == "gradcam_cli" or alias.name.startswith("gradcam_cli."):
+                    add(alias.name.removeprefix("gradcam_cli").lstrip("."))
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    modules = set(files) | {""}
-    return {name: _imports(path, modules) for name, path in files.items()}
+def _graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    files = {_module_name(p, package): p for p in package.rglob("*.py")}
+    return {name: _imports(path, set(files), package) for name, path in files.items()}
 
 
 def _layer_of(module: str) -> int:
@@ -95,12 +106,39 @@ def test_no_import_cycle() -> None:
             visit(module, [module])
 
 
+def test_the_import_reader_sees_the_package_itself(tmp_path: Path) -> None:
+    """`from gradcam_cli import __version__` imports gradcam_cli/__init__.py: a cycle through it is still a cycle.
+
+    A package in a temporary folder with every spelling of an import; the reader must see each edge.
+    """
+    package = tmp_path / "gradcam_cli"
+    files = {
+        "__init__.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from gradcam_cli.api import cam\n",
+        "version.py": "__version__ = '1'\n",
+        "api.py": "def cam():\n    from gradcam_cli.run import prepare\n",
+        "run/__init__.py": "from . import prepare\n",
+        "run/prepare.py": "from gradcam_cli import __version__\nimport gradcam_cli\nfrom .. import version\nfrom ..run import other\n",
+        "run/other.py": "import gradcam_cli.version\nfrom gradcam_cli.run import VALUE\n",
+    }
+    for name, text in files.items():
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_text(text, encoding="utf-8")
+    assert _graph(package) == {
+        TOP: {"api"},
+        "version": set(),
+        "api": {"run.prepare"},
+        "run": {"run.prepare"},
+        "run.prepare": {TOP, "version", "run.other"},
+        "run.other": {"version", "run"},
+    }
+
+
 def test_imports_only_point_down_the_layers() -> None:
     upward = [
         f"{module} ({LAYERS[_layer_of(module)][0]}) imports {target} ({LAYERS[_layer_of(target)][0]})"
         for module, targets in sorted(_graph().items())
         for target in sorted(targets)
-        if target and _layer_of(target) > _layer_of(module)
+        if _layer_of(target) > _layer_of(module)
     ]
     assert not upward, "imports against the layer order:\n" + "\n".join(upward)
 
@@ -128,7 +166,7 @@ def test_inputs_and_outputs_know_files_not_models() -> None:
         if own is None:
             continue
         breaking += [
-            f"gradcam_cli.{module} imports gradcam_cli.{target or '__init__'}"
+            f"gradcam_cli.{module} imports gradcam_cli.{target}"
             for target in sorted(targets)
             if target not in FILES_MAY_IMPORT and not any(_within(target, package) for package in own)
         ]

@@ -84,6 +84,7 @@ def evaluated(scenes, tmp_path_factory: pytest.TempPathFactory):
     return exited.value.code, records, stderr.getvalue(), out, table
 
 
+@pytest.mark.slow
 def test_every_image_gets_a_record_per_method_and_baseline(evaluated) -> None:
     code, records, stderr, _, _ = evaluated
     assert code == 0, stderr
@@ -105,6 +106,7 @@ def test_every_image_gets_a_record_per_method_and_baseline(evaluated) -> None:
     assert all(len(classes) == 1 for classes in by_image.values()), "every map set explains the same class"
 
 
+@pytest.mark.slow
 def test_gradcam_beats_the_random_map_and_points_at_the_shapes(evaluated) -> None:
     """The issue's acceptance on the example model: deletion below random's, insertion above; the maps point at the shapes.
 
@@ -124,6 +126,7 @@ def test_gradcam_beats_the_random_map_and_points_at_the_shapes(evaluated) -> Non
     assert all(verdict is not False for verdict in summary["beats_baselines"]["gradcam"].values()), "no baseline does better"
 
 
+@pytest.mark.slow
 def test_the_sanity_check_falls_as_stages_are_randomised(evaluated) -> None:
     """Grad-CAM's map is the trained model's (correlation 1 with itself) until the head is randomised; from then on it
     is another map. It falls at once (a random head weights layer4's channels at random), and never recovers."""
@@ -136,6 +139,7 @@ def test_the_sanity_check_falls_as_stages_are_randomised(evaluated) -> None:
     assert max(curve) < 0.6 and curve[-1] < 0.5
 
 
+@pytest.mark.slow
 def test_the_summaries_and_charts(evaluated) -> None:
     _, _, stderr, out, table = evaluated
     summary = json.loads((out / "eval.json").read_text())
@@ -159,6 +163,7 @@ def test_the_summaries_and_charts(evaluated) -> None:
     assert "deletion" in table and "gradcam" in table and "★" in table and "(baseline)" in table and "(baseline)" not in stderr
 
 
+@pytest.mark.slow
 def test_a_records_scores_equal_the_library_on_the_same_maps(evaluated) -> None:
     """The command measures what gradcam_cli.cam and evaluate.faithfulness measure on the same input."""
     import torch

@@ -15,10 +15,10 @@ import torch
 from torch import nn
 
 import gradcam_cli
-from conftest import SmallCnn, assert_left_as_found, model_state, seeded, timm_model, tv_resnet18
+from conftest import SmallCnn, assert_left_as_found, model_state, require, seeded, timm_model, tv_resnet18
 from gradcam_cli.errors import GradcamError, LayerError
 
-timm = pytest.importorskip("timm")
+timm = require("timm")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

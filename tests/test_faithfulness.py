@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import example_batch
+from conftest import example_batch, require
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ class FixedMaps:
 
 @pytest.mark.parametrize("steps,baseline", [(20, "zero"), (7, "blur")])
 def test_deletion_and_insertion_equal_torchcam(shapes, gradcam_maps, steps, baseline):
-    metrics = pytest.importorskip("torchcam.metrics")
+    metrics = require("torchcam.metrics", python=(3, 11))
     from gradcam_cli.evaluate.faithfulness import deletion_insertion
 
     model, x, classes = shapes
@@ -89,7 +89,7 @@ def test_the_curves_do_not_depend_on_the_chunk_size(shapes, gradcam_maps):
 
 @pytest.mark.parametrize("which", ["gradcam", "random"])
 def test_relative_drop_and_increase_equal_torchcam(shapes, gradcam_maps, which):
-    metrics = pytest.importorskip("torchcam.metrics")
+    metrics = require("torchcam.metrics", python=(3, 11))
     from gradcam_cli.evaluate.baselines import random_maps
     from gradcam_cli.evaluate.faithfulness import confidence_change
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import gradcam_cli
-from conftest import left_as_found, seeded, shared_timm_model, tv_resnet18
+from conftest import left_as_found, require, seeded, shared_timm_model, tv_resnet18
 from gradcam_cli.maps import CamBatch
 from gradcam_cli.cams.engine import compute_cams
 from gradcam_cli.extract.guided import GuidedBackprop
@@ -34,8 +34,8 @@ from gradcam_cli.cams.methods import get_method
 from gradcam_cli.cams.targets import TargetChoice
 from test_methods import per_image_classes
 
-torchvision = pytest.importorskip("torchvision")
-pytest.importorskip("pytorch_grad_cam")
+torchvision = require("torchvision")
+require("pytorch_grad_cam")
 from pytorch_grad_cam import FullGrad, GuidedBackpropReLUModel  # noqa: E402
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget  # noqa: E402
 

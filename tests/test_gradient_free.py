@@ -25,12 +25,12 @@ import torch.nn.functional as F
 from torch import nn
 
 import gradcam_cli
-from conftest import ROOT, left_as_found, seeded, shared_timm_model, timm_model
+from conftest import ROOT, left_as_found, require, seeded, shared_timm_model, timm_model
 from gradcam_cli.cams import engine as cams
 from gradcam_cli.cams.methods.projection import first_component
 
-timm = pytest.importorskip("timm")
-pytest.importorskip("pytorch_grad_cam")
+timm = require("timm")
+require("pytorch_grad_cam")
 from pytorch_grad_cam import AblationCAM, EigenCAM, ScoreCAM  # noqa: E402
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget  # noqa: E402
 from test_methods import ATOL, CASES, per_image_classes  # noqa: E402

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_image
+from conftest import require, write_image
 
-transformers = pytest.importorskip("transformers")
+transformers = require("transformers")
 LABELS = {0: "circle", 1: "square", 2: "star"}
 
 

@@ -14,12 +14,12 @@ import pytest
 import torch
 
 import gradcam_cli
-from conftest import seeded, small_tv_vit, timm_model
+from conftest import require, seeded, small_tv_vit, timm_model
 from gradcam_cli.errors import LayoutError
 from gradcam_cli.option_table import as_flag
 from gradcam_cli.layout import MAX_PREFIX_TOKENS, Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
 
-timm = pytest.importorskip("timm")
+timm = require("timm")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -340,7 +340,7 @@ CASES: dict[str, tuple[Callable[[], torch.nn.Module], tuple[int, int], int, tupl
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_cam_on_token_models_equals_the_manual_reshape(case: str) -> None:
-    pytest.importorskip("pytorch_grad_cam")
+    require("pytorch_grad_cam")
     build, size, prefix, grid = CASES[case]
     model = build()
     x = seeded(11, 2, 3, *size)

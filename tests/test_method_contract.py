@@ -16,14 +16,14 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from conftest import SmallCnn, assert_left_as_found, left_as_found, model_state, seeded, timm_model
+from conftest import SmallCnn, assert_left_as_found, left_as_found, model_state, require, seeded, timm_model
 from gradcam_cli.cams.engine import compute_cams
 from gradcam_cli.cams.methods import METHODS, MethodKind
 from gradcam_cli.cams.targets import TargetChoice
 from gradcam_cli.layers.paths import resolve_layers
 from gradcam_cli.maps import CamBatch
 
-pytest.importorskip("timm")
+require("timm")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -283,7 +283,7 @@ EQUIVALENTS = {
 
 
 def test_the_registry_holds_pytorch_grad_cams_methods_under_these_names() -> None:
-    pytorch_grad_cam = pytest.importorskip("pytorch_grad_cam")
+    pytorch_grad_cam = require("pytorch_grad_cam")
     assert set(METHODS) == set(EQUIVALENTS)
     for name, classes in EQUIVALENTS.items():
         assert all(isinstance(getattr(pytorch_grad_cam, c, None), type) for c in classes), (name, classes)

@@ -2,7 +2,9 @@
 
 Same model, layer(s), input and targets on both sides; the reference gets the
 reshape function a user would hand-write, we get only the layer's name.
-Random weights (never pretrained), seeded inputs, eval mode.
+Random weights (never pretrained), seeded inputs, eval mode; and the shipped
+trained model, whose raw maps are negative in places (random weights give
+none: there a map without its ReLU would pass too), also without the ReLU.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ import pytest
 import torch
 
 import gradcam_cli
-from conftest import seeded, timm_model
+from conftest import example_batch, require, seeded, timm_model
 
-timm = pytest.importorskip("timm")
-pytorch_grad_cam = pytest.importorskip("pytorch_grad_cam")
+timm = require("timm")
+pytorch_grad_cam = require("pytorch_grad_cam")
 from pytorch_grad_cam import GradCAM  # noqa: E402
 from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget  # noqa: E402
 
@@ -64,7 +66,7 @@ def test_timm_resnet_layer4_matches_reference() -> None:
 
 
 def test_torchvision_resnet18_non_square_matches_reference() -> None:
-    torchvision = pytest.importorskip("torchvision")
+    torchvision = require("torchvision")
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None).eval()
     x = seeded(2, 2, 3, 96, 128)
@@ -125,3 +127,33 @@ def test_layers_given_as_modules_equal_layers_given_as_paths() -> None:
     by_path = gradcam_cli.cam(model, x, ["layer3", "layer4"])
     by_module = gradcam_cli.cam(model, x, [model.layer3, model.layer4])
     torch.testing.assert_close(by_path, by_module, atol=0, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def trained() -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor]:
+    """The shipped example model (eval mode), its 8 scenes at 96x96 and each scene's top class."""
+    return example_batch()
+
+
+TRAINED_LAYERS = {"layer3": ["layer3"], "layer4": ["layer4"], "layer3+layer4": ["layer3", "layer4"]}
+
+
+@pytest.mark.parametrize("which", ["top", "second"])
+@pytest.mark.parametrize("layers", list(TRAINED_LAYERS))
+def test_the_trained_example_model_matches_reference(trained, layers: str, which: str) -> None:
+    model, x, top = trained
+    classes = top.tolist() if which == "top" else [int(c) for c in model(x).topk(2, dim=1).indices[:, 1]]
+    paths = TRAINED_LAYERS[layers]
+    ours = gradcam_cli.cam(model, x, paths, classes=classes)
+    assert_parity(ours, reference(model, x, [model.get_submodule(p) for p in paths], classes=classes))
+    # the case can tell: without the ReLU the maps are others (by 100 times the tolerance at least)
+    assert (gradcam_cli.cam(model, x, paths, classes=classes, relu=False) - ours).abs().amax() > 100 * ATOL
+
+
+@pytest.mark.parametrize("layers", list(TRAINED_LAYERS))
+def test_a_signed_map_matches_the_reference_without_its_relu(trained, layers: str, reference_signed: None) -> None:
+    """relu=False: the raw map min-max scaled, negative part and all, as the reference computes it before its ReLU."""
+    model, x, top = trained
+    paths = TRAINED_LAYERS[layers]
+    ours = gradcam_cli.cam(model, x, paths, relu=False)
+    assert_parity(ours, reference(model, x, [model.get_submodule(p) for p in paths], classes=top.tolist()))

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES, ROOT, call_cli
 
 pytestmark = pytest.mark.slow  # dozens of scenes through the CLI
 
@@ -57,15 +57,24 @@ def scenes(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, tu
     return folder, truth
 
 
-def test_pointing_game_through_the_cli(run_cli, scenes, tmp_path: Path) -> None:
-    folder, truth = scenes
-    out = tmp_path / "out"
-    result = run_cli("explain", folder, "--config", ROOT / "configs" / "shapes_example.yaml", "--save-raw", "--json", "-o", out)
+@pytest.fixture(scope="module")
+def explained(scenes, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """One `gradcam explain` run over the scenes, with the preset's defaults and the raw maps: both tests read it."""
+    folder, _ = scenes
+    out = tmp_path_factory.mktemp("explained")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(out)  # where a user runs it: outputs mirror the inputs' paths from here
+        result = call_cli("explain", folder, "--config", ROOT / "configs" / "shapes_example.yaml", "--save-raw", "--json", "-o", out)
     assert result.code == 0, result.stderr
     records = result.records()
     assert len(records) == SCENES
+    return records
+
+
+def test_pointing_game_through_the_cli(scenes, explained) -> None:
+    _, truth = scenes
     hits, correct = 0, 0
-    for record in records:
+    for record in explained:
         label, box, (width, height) = truth[Path(record["input"]).name]
         raw = np.load(record["targets"][0]["raw"])
         assert raw.shape == (height, width) and raw.dtype == np.float32
@@ -78,11 +87,9 @@ def test_pointing_game_through_the_cli(run_cli, scenes, tmp_path: Path) -> None:
     assert rate >= REQUIRED_HIT_RATE
 
 
-def test_the_example_model_classifies_fresh_scenes(run_cli, scenes, tmp_path: Path) -> None:
+def test_the_example_model_classifies_fresh_scenes(scenes, explained) -> None:
     """The maps mean something only if the model does: most fresh scenes are classified right."""
-    folder, truth = scenes
-    result = run_cli("explain", folder, "--config", ROOT / "configs" / "shapes_example.yaml", "--json", "-o", tmp_path)
-    records = result.records()
-    correct = sum(r["class_index"] == truth[Path(r["input"]).name][0] for r in records)
-    assert correct / len(records) >= 0.85
-    assert all(r["class_name"] in _shapes().CLASSES for r in records)
+    _, truth = scenes
+    correct = sum(r["class_index"] == truth[Path(r["input"]).name][0] for r in explained)
+    assert correct / len(explained) >= 0.85
+    assert all(r["class_name"] in _shapes().CLASSES for r in explained)

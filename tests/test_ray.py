@@ -18,14 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_command, cli_env, png_bytes, write_image, write_photo_tree
+from conftest import cli_command, cli_env, png_bytes, require, write_image, write_photo_tree
 
-if os.environ.get("CI") == "true":
-    import ray
-    import ray.data
-else:
-    ray = pytest.importorskip("ray")
-    pytest.importorskip("ray.data")
+ray = require("ray")
+require("ray.data")
+pytestmark = pytest.mark.slow  # a local Ray cluster for the module: its daemons and actors are processes
 
 MODEL = ("--model", "test_resnet", "--no-pretrained")
 COUNT = 10

@@ -233,6 +233,7 @@ def test_explain_report_is_built_after_ctrl_c_from_what_was_done(tmp_path):
     assert end["interrupted"] is True and end["counts"]["done"] == len(records)
 
 
+@pytest.mark.slow
 def test_the_report_needs_no_torch():
     """`gradcam report` reads records and pictures only: it starts in a moment, also where torch is slow to import."""
     code = "import sys, gradcam_cli.cli.app, gradcam_cli.report.build; print(sorted({'torch', 'timm'} & set(sys.modules)))"

@@ -135,6 +135,7 @@ def test_skip_existing_redoes_an_image_whose_outputs_are_not_all_whole(run_cli, 
         np.testing.assert_allclose(np.load(files[victim]), np.load(io.BytesIO(whole)), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_killed_runs_temporary_files_are_cleared_and_only_ours(run_cli, tmp_path, one_thread):
     write_image(tmp_path / "a.png", 40, 30, seed=6)
     out = tmp_path / "out"

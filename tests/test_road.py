@@ -22,12 +22,13 @@ import pytest
 import torch
 
 import test_faithfulness
+from conftest import require
 from gradcam_cli.errors import UsageError
 
 # its fixtures: the example model in eval mode with its 8 scenes at 96x96, and their Grad-CAM at layer4
 shapes, gradcam_maps = test_faithfulness.shapes, test_faithfulness.gradcam_maps
 
-pytest.importorskip("scipy.sparse.linalg")
+require("scipy.sparse.linalg")
 # the reference's np.argwhere on torch tensors warns under numpy 2, once per solve
 pytestmark = pytest.mark.filterwarnings("ignore:__array_wrap__ must accept context:DeprecationWarning")
 
@@ -65,6 +66,7 @@ def gradcam_road(shapes, gradcam_maps):
     return road(model, x, gradcam_maps, classes)
 
 
+@pytest.mark.slow
 def test_road_equals_pytorch_grad_cam(shapes, gradcam_maps, noiseless_reference):
     from pytorch_grad_cam.utils.model_targets import ClassifierOutputSoftmaxTarget
 
@@ -110,6 +112,7 @@ def test_the_imputation_equals_the_reference_imputer(shapes, gradcam_maps):
     assert torch.equal(noisy[:, ~removed], x[0][:, ~removed])
 
 
+@pytest.mark.slow
 def test_the_noise_repeats_with_the_seed_whatever_the_chunks(shapes, gradcam_maps, gradcam_road):
     """Each imputed image has its own generator: the same seed gives the same curves in any batch, chunk size or percentile set."""
     from gradcam_cli.evaluate.road import road
@@ -131,6 +134,7 @@ def test_the_noise_repeats_with_the_seed_whatever_the_chunks(shapes, gradcam_map
     assert float((other.least_relevant_first - few.least_relevant_first).abs().max()) > 1e-4, "another seed, other noise"
 
 
+@pytest.mark.slow
 def test_grad_cam_beats_the_random_map_on_the_example_model(shapes, gradcam_road):
     """Grad-CAM's combined ROAD well above the random map's (measured: 0.35 and 0.01): the metric sees the difference."""
     from gradcam_cli.evaluate.baselines import random_maps

@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import example_batch, left_as_found
+from conftest import example_batch, left_as_found, require
 from gradcam_cli.evaluate.agreement import spearman, ssim
 from gradcam_cli.evaluate.baselines import sobel_edges
 from gradcam_cli.evaluate.measures import SURVIVAL_THRESHOLD
@@ -37,7 +37,7 @@ def one_thread_here():
 
 
 def _scipy_spearman(a: torch.Tensor, b: torch.Tensor) -> list[float]:
-    stats = pytest.importorskip("scipy.stats")
+    stats = require("scipy.stats")
     return [float(stats.spearmanr(x.flatten().numpy(), y.flatten().numpy()).statistic) for x, y in zip(a, b)]
 
 
@@ -61,7 +61,7 @@ def test_spearman_of_a_monotone_transform_is_one_and_of_a_constant_map_zero():
 
 def _skimage_ssim(a: np.ndarray, b: np.ndarray) -> float:
     """skimage.metrics.structural_similarity(a, b, gaussian_weights=True, sigma=1.5, use_sample_covariance=False, data_range=1)."""
-    ndimage = pytest.importorskip("scipy.ndimage")
+    ndimage = require("scipy.ndimage")
     sigma, truncate = 1.5, 3.5
     win_size = 2 * int(truncate * sigma + 0.5) + 1
 
@@ -170,6 +170,7 @@ def _survives(cascade, method: str, threshold: float = SURVIVAL_THRESHOLD) -> bo
     return bool(cascade.spearman[method][-1].mean() >= threshold)
 
 
+@pytest.mark.slow
 def test_gradcam_does_not_survive_and_a_model_free_map_does(cascade):
     """The issue's acceptance test. Grad-CAM at layer4 weighs layer4's channels by the head's gradient, so it falls at
     the first step (the head) from the trained model's 1 and stays low; the Sobel map never looks at the model."""
@@ -185,6 +186,7 @@ def test_gradcam_does_not_survive_and_a_model_free_map_does(cascade):
     assert SURVIVAL_THRESHOLD == 0.5
 
 
+@pytest.mark.slow
 def test_a_stage_changes_only_when_the_cascade_reaches_it(cascade):
     """Cumulative, stage by stage: layer4's activations are those of the trained model until layer4 is randomised,
     layer2's until layer2 is; after that they are not (and stay not, every later step adding noise below)."""

@@ -144,6 +144,7 @@ def test_a_shard_that_gets_no_input_has_done_its_part(run_cli, photos: Path) -> 
 
 
 @pytest.mark.skipif(shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None, reason="torchrun not installed")
+@pytest.mark.slow
 def test_torchrun_with_two_processes_writes_what_one_process_writes(run_cli, photos: Path) -> None:
     """`torchrun --nproc-per-node 2 -m gradcam_cli explain ...` on this CPU: no process group, two shares, one result."""
     torchrun = str(Path(sys.executable).parent / "torchrun")

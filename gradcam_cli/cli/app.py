@@ -15,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gradcam_cli import __version__
+from gradcam_cli.version import __version__
 from gradcam_cli.cli.console import StdoutClosed, Streams, write_line
 from gradcam_cli.cli.compare import compare
 from gradcam_cli.cli.eval import evaluate

@@ -231,7 +231,7 @@ def _warnings_said(warn: Callable[[str], None]) -> Iterator[None]:
 
 def _run_line(evaluator: Any, streams: Streams) -> dict[str, Any]:
     """What the runs file says of this evaluation: every method measured, every layer any of them used."""
-    from gradcam_cli import __version__
+    from gradcam_cli.version import __version__
     from gradcam_cli.outputs.run_files import run_line
 
     context = evaluator.context()

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from gradcam_cli import __version__
+from gradcam_cli.version import __version__
 from gradcam_cli.outputs.run_files import now
 from gradcam_cli.report.cards import header, locator, place_files, record_cards, set_thumbs
 from gradcam_cli.report.collect import Warn, collect

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from gradcam_cli import __version__
+from gradcam_cli.version import __version__
 from gradcam_cli.cams.engine import compute_cams
 from gradcam_cli.cams.methods import CamMethod, MethodKind, get_method
 from gradcam_cli.cams.targets import TargetChoice, target_choice
