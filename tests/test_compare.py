@@ -296,8 +296,8 @@ def test_the_probe_finds_the_stages_inside_a_featurizer_that_pools() -> None:
 
 def tv_squeezenet() -> Any:
     import torch
+    import torchvision
 
-    torchvision = pytest.importorskip("torchvision")
     torch.manual_seed(0)
     return torchvision.models.squeezenet1_1(weights=None).eval()
 
