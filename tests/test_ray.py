@@ -98,6 +98,24 @@ def test_ray_local_keeps_input_order_and_says_no_error(tmp_path: Path) -> None:
     assert "error" not in done.stderr.lower(), done.stderr
 
 
+@pytest.mark.slow
+def test_an_actors_refusal_is_the_drivers_one_line(tmp_path: Path) -> None:
+    """An actor that meets another run's output (here: another layer's) stops the run as one process stops: one line,
+    exit 1, the picture left as it was; not Ray's wrapped traceback as an internal error."""
+    photo = str(write_image(tmp_path / "cat.png", 64, 48))
+    out = str(tmp_path / "out")
+    first = cli_process(photo, *MODEL, "-o", out, "--json")
+    assert first.returncode == 0, first.stderr
+    picture = next(Path(out).rglob("*.gradcam.png"))
+    before = picture.read_bytes()
+    again = cli_process(photo, *MODEL, "--layer", "layer3", "--ray", "local", "-o", out, "--json")
+    assert again.returncode == 1, again.stderr
+    errors = [line for line in again.stderr.splitlines() if line.startswith("gradcam: error:")]
+    assert len(errors) == 1 and "was made by another run" in errors[0] and "--replace" in errors[0], again.stderr
+    assert "Traceback" not in again.stderr and "internal error" not in again.stderr
+    assert picture.read_bytes() == before
+
+
 def descendants(pid: int) -> list[int]:
     """The processes below `pid` (a local cluster's raylet and its workers are the CLI's children), from /proc."""
     children: dict[int, list[int]] = {}

@@ -293,6 +293,25 @@ class RayRunner:
                 f"a Ray actor was lost ({_first_line(error)}); {summary.total} of {len(found)} inputs have their records; "
                 "rerun with ⟨skip_existing⟩ to do the rest"
             ) from None
+        except Exception as error:
+            said = _users_error(error)
+            if said is None:
+                raise
+            raise said from None
+
+
+def _users_error(error: BaseException) -> GradcamError | None:
+    """The GradcamError an actor stopped on (an output another run made, a full disk), out of Ray's wrappings
+    (RayTaskError, Ray Data's UserCodeException): the driver says it in one line, as one process would."""
+    seen: set[int] = set()
+    found: BaseException | None = error
+    while found is not None and id(found) not in seen:
+        seen.add(id(found))
+        if isinstance(found, GradcamError) and not type(found).__module__.startswith("ray"):
+            return found
+        cause = getattr(found, "cause", None)
+        found = cause if isinstance(cause, BaseException) else (found.__cause__ or found.__context__)
+    return None
 
 
 def explain_dataset(dataset: ray.data.Dataset, model: str, *, actors: int | None = None, **options: Any) -> ray.data.Dataset:
