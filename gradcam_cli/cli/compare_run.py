@@ -264,7 +264,6 @@ class Comparison:
         from gradcam_cli.vocab import Norm
 
         base = OutputNamer.base_for(source.relative)
-        namer.check(base)
         output = namer.paths(base, None, False)[0]
         photo = load_image(source.path, self.settings.inputs.max_pixels)
         cells = self._cells(stops, photo, ready, source.path, rows, columns)
