@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from gradcam_cli.errors import printable
 from gradcam_cli.option_table import in_flags
 
 
@@ -111,9 +112,9 @@ def _blank_note(record: Any) -> str:
 
 
 def names_input(error: str, input_path: str) -> bool:
-    """Whether an error message already starts with its input (the engine's do, maybe shortened to `…`)."""
+    """Whether an error message already starts with its input (the engine's do, maybe shortened: `…` and its end)."""
     head = error.split(": ", 1)[0]
-    if head == input_path or (head.endswith("…") and input_path.startswith(head[:-1])):
+    if head == input_path or (head.startswith("…") and printable(input_path).endswith(head[1:])):
         return True
     try:
         return Path(head) == Path(input_path)

@@ -22,7 +22,7 @@ from pathlib import Path, PurePath
 from typing import BinaryIO, TextIO
 from collections.abc import Callable, Iterable, Iterator
 
-from gradcam_cli.errors import cut, printable
+from gradcam_cli.errors import printable
 from gradcam_cli.vocab import Method, values
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm", ".jfif"})
@@ -47,8 +47,10 @@ class Source:
 
 
 def shown(text: str) -> str:
-    """A path as it may appear in a one-line message: control characters escaped, long ones cut."""
-    return cut(printable(text), SHOWN_CHARS)
+    """A path as it may appear in a one-line message: control characters escaped, a long one cut at its start, since
+    its end names the file (`…/run-7/photos/cat.jpg`, not `/tmp/pytest-of-root/…`)."""
+    text = printable(text)
+    return text if len(text) <= SHOWN_CHARS else "…" + text[len(text) - SHOWN_CHARS + 1 :]
 
 
 def output_relative(path: Path) -> PurePath:
