@@ -221,6 +221,19 @@ def test_a_second_signal_ends_the_process_at_once(tmp_path) -> None:
     assert "interrupted by Ctrl-C" in done.stderr and "asked twice" in done.stderr
 
 
+def _blocked_reading_a_pipe(pid: int, polls: int = 6000) -> bool:
+    """Whether the process comes to sleep in a pipe read (/proc/PID/wchan: `pipe_read`, `anon_pipe_read`), polled
+    every 10 ms; `polls` bounds only a run that never gets there."""
+    for _ in range(polls):
+        try:
+            if "pipe_read" in Path(f"/proc/{pid}/wchan").read_text():
+                return True
+        except OSError:
+            return False
+        time.sleep(0.01)
+    return False
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_a_run_waiting_for_paths_on_stdin(tmp_path) -> None:
     """`producer | gradcam explain -` with a producer that stays quiet: Ctrl-C still stops it at once."""
@@ -233,9 +246,9 @@ def test_ctrl_c_stops_a_run_waiting_for_paths_on_stdin(tmp_path) -> None:
         env=cli_env(),
     )
     assert process.stderr is not None and process.stdin is not None
-    first = process.stderr.readline()  # said when the run starts, just before it reads stdin (left open, empty)
-    assert "--no-pretrained" in first, first
-    time.sleep(0.5)  # into the read: the signal must stop a run that is waiting, not one still starting
+    # the run reads stdin's first path before it loads the model: wait until the kernel says it is blocked in that
+    # read (stdin left open, empty), so the signal stops a run that waits, not one still starting
+    assert _blocked_reading_a_pipe(process.pid), "the run never waited on stdin"
     process.send_signal(signal.SIGINT)
     try:
         # stdin stays open while it ends (communicate() would close it, and end of input also ends the run);
