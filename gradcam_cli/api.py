@@ -13,18 +13,15 @@ import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard, Union
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gradcam_cli.cams.engine import compute_cams, model_lock
 from gradcam_cli.cams.methods import get_method
-from gradcam_cli.cams.targets import TargetChoice
-from gradcam_cli.errors import GradcamError, InputError, LayerError, UsageError, one_line, spelled
+from gradcam_cli.errors import GradcamError, InputError, LayerError, UsageError, spelled
 from gradcam_cli.geometry import Geometry, plan_geometry, to_input_array
-from gradcam_cli.inputs.decode import _pil_to_rgb, load_image
 from gradcam_cli.layers.defaults import default_layer_paths
-from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer
 from gradcam_cli.maps import CamOptions, member_of
 from gradcam_cli.vocab import Combine, Norm
 from gradcam_cli.model.device import place_model, resolve_device
@@ -32,13 +29,15 @@ from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.load import load_model as load_loaded_model
 from gradcam_cli.outputs.legend import display_scale
 from gradcam_cli.outputs.picture import draw
+from gradcam_cli.outputs.provenance import stamp_for
 from gradcam_cli.outputs.render import guided_photo, photo_maps
 from gradcam_cli.outputs.writer import caption_for, image_probabilities, image_record, target_record
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
+from gradcam_cli.api_arguments import LayerSpec, as_choice, as_resolved, checked_call, checked_model, class_list, photo_of
 from gradcam_cli.api_results import ClassMap, Explanation
 from gradcam_cli.settings import ExplainSettings, ModelSettings, build_settings
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS
-from gradcam_cli.values import checked_preprocessing, parse_grid
+from gradcam_cli.values import checked_preprocessing
 
 import torch
 from torch import nn
@@ -47,8 +46,6 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from gradcam_cli.maps import CamBatch
-
-LayerSpec = Union[str, "nn.Module"]
 
 
 @dataclass(repr=False)
@@ -131,69 +128,16 @@ def _ready(model: ReadyModel | str) -> ReadyModel:
     return replace(model, device=tensor.device)  # moved since it was loaded: its inputs follow it
 
 
-def _pixels(array: np.ndarray, what: str) -> np.ndarray:
-    if array.ndim != 3 or array.shape[2] != 3 or array.dtype != np.uint8:
-        shape = "x".join(map(str, array.shape)) or "a scalar"
-        raise InputError(
-            f"{what} is {shape} {array.dtype}, not RGB pixels (height x width x 3, uint8)",
-            hint="convert it: np.asarray(pil_image.convert('RGB')), or (rgb * 255).round().astype(np.uint8)",
-        )
-    if array.shape[0] < 1 or array.shape[1] < 1:
-        raise InputError(f"{what} has no pixels")
-    return np.ascontiguousarray(array)
-
-
-def _photo(image: Any, max_pixels: int) -> tuple[np.ndarray, str]:
-    """The image as the CLI decodes a file (upright 8-bit RGB), and how its record names it."""
-    from PIL import Image, ImageOps
-
-    if isinstance(image, (str, os.PathLike)):
-        return load_image(Path(image), max_pixels), str(Path(image))
-    if isinstance(image, Image.Image):
-        try:
-            upright = ImageOps.exif_transpose(image)  # as load_image turns a file upright
-            return _pixels(_pil_to_rgb(upright if upright is not None else image), "the PIL image"), "<PIL image>"
-        except (OSError, ValueError) as error:
-            raise InputError(f"the PIL image cannot be decoded ({str(error).strip() or type(error).__name__})") from None
-    if isinstance(image, np.ndarray):
-        return _pixels(image, "the image array"), "<array>"
-    raise InputError(
-        f"explain() takes an image file's path, a PIL image or an RGB uint8 array, not {type(image).__name__}",
-        hint="for a batch of tensors, call gradcam_cli.cam(model.model, x)",
-    )
-
-
 def _read_only(array: np.ndarray) -> np.ndarray:
     array.flags.writeable = False
     return array
-
-
-def _is_index(value: object) -> TypeGuard[int | np.integer[Any]]:
-    """An integer class index: Python's or numpy's, not a bool."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _class_list(classes: object, names: bool) -> list[Any]:
-    """`classes` as a list (one index, or name with `names`, or a sequence of them); anything else refused, saying what is taken."""
-    taken = (str,) if names else ()
-    given = [classes] if _is_index(classes) or isinstance(classes, taken) else classes
-    if isinstance(given, (Sequence, np.ndarray, torch.Tensor)) and not isinstance(given, (str, bytes)):
-        items = given.tolist() if isinstance(given, (np.ndarray, torch.Tensor)) else list(given)
-        if items and all(_is_index(c) or isinstance(c, taken) for c in items):
-            return items
-    what = (
-        "None (the top class), a class index (int) or name (str), or a list of them"
-        if names
-        else "None (each image's top class), an int for every image, or a list of one int per image"
-    )
-    raise UsageError(f"classes={one_line(repr(classes), 40)} ({type(classes).__name__}) is not what classes takes: give {what}")
 
 
 def _settings(ready: ReadyModel, given: dict[str, Any]) -> ExplainSettings:
     """The options checked by the CLI's own option table (same defaults, same limits), with the model's settings."""
     classes, grid = given.pop("classes"), given.get("grid")
     if classes is not None:
-        given["classes"] = [str(c) for c in _class_list(classes, names=True)]
+        given["classes"] = [str(c) for c in class_list(classes, names=True)]
     if isinstance(grid, Sequence) and not isinstance(grid, str):
         given["grid"] = "x".join(str(int(v)) for v in grid)
     try:
@@ -267,7 +211,9 @@ def _explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geome
         raise InputError(f"{name}: the model's scores or gradients are not finite (NaN or inf) for this image")
     probabilities = image_probabilities(cams.logits[0], run.kind)
     targets = tuple(_class_map(run, photo, geometry, cams, k, probabilities) for k in cams.ranks(0))
-    record = image_record(name, photo, [t.record for t in targets], probabilities, run.loaded.class_names, run.record_context())
+    context = run.record_context()
+    context["stamp"] = stamp_for(context)  # what the CLI's picture of this image would carry
+    record = image_record(name, photo, [t.record for t in targets], probabilities, run.loaded.class_names, context)
     return Explanation(targets, record, _read_only(np.array(photo)), geometry)
 
 
@@ -308,64 +254,12 @@ def explain(
     given = {k: v for k, v in locals().items() if k not in ("image", "model", "layers")}  # named as the option table
     ready = _ready(model)
     settings = _settings(ready, given)
-    photo, name = _photo(image, settings.inputs.max_pixels)
+    photo, name = photo_of(image, settings.inputs.max_pixels)
     with model_lock(ready.model):  # calls from several threads on one model take turns (placing it too)
         run = _prepare(ready, settings, layers)
         geometry = plan_geometry(photo.shape[:2], ready.data_config, crop=settings.inputs.crop)
         cams = _compute(run, to_input_array(photo, geometry, ready.data_config))
     return _explanation(run, name, photo, geometry, cams)
-
-
-def _as_resolved(model: nn.Module, layer: LayerSpec) -> ResolvedLayer:
-    if isinstance(layer, str):
-        return resolve_layer(model, layer, type(model).__name__)
-    for name, module in model.named_modules():
-        if module is layer:
-            return ResolvedLayer(path=name, name=name, module=module)
-    raise LayerError("a layer module passed to cam() is not part of the model", hint="pass one of model.modules()")
-
-
-def _as_choice(classes: int | Sequence[int] | None) -> TargetChoice:
-    if classes is None:
-        return TargetChoice()
-    if _is_index(classes):
-        return TargetChoice(classes=(int(classes),))
-    per_image = tuple(int(c) for c in _class_list(classes, names=False))
-    return TargetChoice(classes=per_image, per_image=True)  # one per image: the engine checks the count
-
-
-def _checked_model(model: object) -> None:
-    if not isinstance(model, nn.Module):
-        raise UsageError(
-            f"cam() takes a torch.nn.Module as model, not {type(model).__name__}",
-            hint="for a model name or an image file, call gradcam_cli.explain(image, name)",
-        )
-
-
-def _checked_call(x: object, method: object, grid: object) -> tuple[int, int] | None:
-    """cam()'s batch, method and grid of the types it takes (the grid as (rows, columns)), or a UsageError that says what it takes."""
-    if not isinstance(x, torch.Tensor):
-        raise UsageError(
-            f"cam() takes x as a torch.Tensor (N, C, H, W), not {type(x).__name__}",
-            hint="convert it: torch.from_numpy(array), or for an image file or array call gradcam_cli.explain()",
-        )
-    if x.dim() != 4:
-        shape = "x".join(map(str, x.shape)) or "a scalar"
-        raise UsageError(
-            f"cam() takes x as a batch (N, C, H, W); this tensor is {x.dim()}-D ({shape})",
-            hint="one image (C, H, W) is a batch of one: x[None]" if x.dim() == 3 else None,
-        )
-    if not x.is_floating_point():
-        raise UsageError(
-            f"cam() takes x as the model's floating-point input, not {x.dtype}", hint="preprocess it: x.float(), then normalise"
-        )
-    if not isinstance(method, str):
-        raise UsageError(f"method must be a method's name (str) such as 'gradcam', not {type(method).__name__}")
-    if isinstance(grid, str):
-        return parse_grid(grid)
-    if grid is not None and not (isinstance(grid, Sequence) and len(grid) == 2 and all(_is_index(v) for v in grid)):
-        raise UsageError(f"grid={one_line(repr(grid), 40)} is not (rows, columns) of the layer's tokens: give two ints or 'HxW'")
-    return None if grid is None else (int(grid[0]), int(grid[1]))
 
 
 def cam(
@@ -391,13 +285,13 @@ def cam(
     or one per image. The other options are those of `gradcam explain` (README). The model is left as it was found.
     Calls from several threads on one model take turns. Arguments of another type raise a UsageError.
     """
-    _checked_model(model)
-    if layers is None:
-        layers = default_layer_paths(model)
-    if isinstance(layers, str) or not isinstance(layers, Sequence):
+    checked_model(model)
+    if isinstance(layers, str) or not isinstance(layers, Sequence | None):
         layers = [layers]
-    resolved = [_as_resolved(model, layer) for layer in layers]
-    grid = _checked_call(x, method, grid)
+    resolved = [as_resolved(model, layer) for layer in layers] if layers is not None else None
+    grid = checked_call(x, method, grid)
+    if resolved is None:  # the family's default, probed at x's own size
+        resolved = [as_resolved(model, path) for path in default_layer_paths(model, input_hw=(int(x.shape[-2]), int(x.shape[-1])))]
     options = CamOptions(
         relu=relu,
         norm=member_of(Norm, "norm", norm),
@@ -412,7 +306,7 @@ def cam(
         x,
         resolved,
         get_method(method),
-        _as_choice(classes),
+        as_choice(classes),
         options=options,
         num_prefix_tokens=getattr(model, "num_prefix_tokens", None),
         grid=grid,

@@ -292,13 +292,13 @@ def test_calls_from_several_threads_on_one_model_take_turns() -> None:
 def _model_and_batch():
     from conftest import shared_timm_model
 
-    return shared_timm_model("test_resnet"), torch.zeros(2, 3, 32, 32)
+    return shared_timm_model("test_resnet"), torch.zeros(2, 3, 64, 64)  # layer4: 2x2 (at 32x32 one cell, refused)
 
 
 @pytest.mark.parametrize(
     ("arguments", "says"),
     [
-        (lambda m, x: {"model": m, "x": x[0]}, "this tensor is 3-D (3x32x32); one image (C, H, W) is a batch of one: x[None]"),
+        (lambda m, x: {"model": m, "x": x[0]}, "this tensor is 3-D (3x64x64); one image (C, H, W) is a batch of one: x[None]"),
         (lambda m, x: {"model": m, "x": x.numpy()}, "takes x as a torch.Tensor (N, C, H, W), not ndarray"),
         (lambda m, x: {"model": m, "x": x.long()}, "floating-point input, not torch.int64"),
         (lambda m, x: {"model": "resnet50", "x": x}, "takes a torch.nn.Module as model, not str"),
@@ -364,7 +364,7 @@ def test_the_progress_of_masked_forwards_says_which_view() -> None:
     said: list[tuple[str, int, int]] = []
     settings = build_settings({"model": "test_resnet", "pretrained": False, "method": "scorecam", "aug_smooth": True, "cam_batch_size": 48})
     run = prepare_run(settings, progress=lambda what, done, total: said.append((what, done, total)), notices=False)
-    run.compute(torch.zeros(1, 3, 32, 32))
+    run.compute(torch.zeros(1, 3, 64, 64))  # layer4: 2x2
     views = [what.split(":")[0] for what, done, total in said if done == total]
     assert views == [
         "view 1 of 6 (as given)",

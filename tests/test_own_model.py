@@ -58,6 +58,12 @@ instance = build()
 not_a_model = 42
 
 
+def fixed(num_classes=3):
+    # made for 64x64 only: its head flattens a 16x16 map
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4), nn.Flatten(), nn.Linear(8 * 16 * 16, num_classes))
+
+
 class Named(nn.Module):
     # returns {"features": ..., key: logits}; with pair (logits, probabilities); with none no tensor at all
 
@@ -110,6 +116,39 @@ def test_kwargs_reach_the_factory_and_the_preprocessing_is_yours(run_cli, code: 
     assert "no preprocessing" not in result.stderr
 
 
+def test_the_preprocessing_notice_says_only_what_is_assumed(run_cli, code: Path) -> None:
+    """Given --input-size alone, the run is not told that 224x224 is assumed: only the statistics it does assume."""
+    result = run_cli("explain", "photo.png", "--model", "net.py:build", "--input-size", "96", "--json", "-o", "out")
+    assert result.code == 0, result.stderr
+    (notice,) = [line for line in result.stderr.splitlines() if "comes with no preprocessing" in line]
+    assert "224x224" not in notice and "mean 0.485,0.456,0.406" in notice and "std 0.229,0.224,0.225" in notice
+
+
+def test_a_model_made_for_another_size_finds_its_default_layer_at_that_size(run_cli, code: Path) -> None:
+    """The default layer's probe runs at --input-size: a model whose head takes only 64x64 is not probed at 224x224."""
+    result = run_cli("explain", "photo.png", "--model", "net.py:fixed", "--input-size", "64", "--json", "-o", "out")
+    assert result.code == 0, result.stderr
+    (record,) = result.records()
+    assert record["ok"] and record["layers"] == ["2"], "the last module with a spatial output: the pooling"
+    layers = run_cli("layers", "net.py:fixed", "--input-size", "64")
+    assert layers.code == 0, layers.stderr
+
+
+def test_cam_finds_its_default_layer_at_the_size_of_x(code: Path) -> None:
+    import importlib.util
+
+    import torch
+
+    from gradcam_cli import cam
+
+    spec = importlib.util.spec_from_file_location("own_model_fixed_net", code / "net.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    maps = cam(module.fixed(), torch.randn(2, 3, 64, 64))
+    assert maps.shape == (2, 64, 64)
+
+
 def test_a_package_module_and_the_python_api(run_cli, code: Path) -> None:
     from gradcam_cli import explain, load_model
 
@@ -154,7 +193,7 @@ def test_a_checkpoint_of_your_network_with_another_head(run_cli, code: Path) -> 
     ("args", "says"),
     [
         (("--model", "missing.py:build"), "--model: no such file missing.py"),
-        (("--model", "net.py:nothing"), "net.py has no 'nothing'; it has Featurizer, Named, binary, broken, build, instance"),
+        (("--model", "net.py:nothing"), "net.py has no 'nothing'; it has Featurizer, Named, binary, broken, build, fixed, instance"),
         (("--model", "net.py:broken"), "calling net.py:broken failed: ValueError: width must be even (net.py, line"),
         (("--model", "net.py:not_a_model"), "is of type int: neither a module nor something that builds one"),
         (("--model", "net.py:returns_int"), "returned an object of type int, not a torch.nn.Module"),
@@ -207,7 +246,10 @@ def _saved_states(folder: Path) -> tuple[dict, dict]:
 
 
 def _probability(run_cli, *args) -> float:
-    result = run_cli("explain", "photo.png", "--model", "test_resnet", *args, "--json", "-o", "out")
+    """The top probability with these weights; each set of weights writes into a folder of its own (a run never
+    writes over another run's pictures)."""
+    output = "out-" + "-".join(arg.strip("-").replace(".", "_") for arg in args)
+    result = run_cli("explain", "photo.png", "--model", "test_resnet", *args, "--json", "-o", output)
     assert result.code == 0, result.stderr
     return result.records()[0]["topk"][0]["probability"]
 
@@ -219,7 +261,7 @@ def test_a_lightning_checkpoint_is_read_under_its_prefix_and_says_so(run_cli, co
     torch.save(plain, code / "plain.pth")
     wrapped = {"model." + key: value for key, value in plain.items()} | {"criterion.pos_weight": torch.ones(4)}
     torch.save({"state_dict": wrapped, "epoch": 3, "global_step": 120, "hyper_parameters": {"lr": 0.1}}, code / "last.ckpt")
-    result = run_cli("explain", "photo.png", "--model", "test_resnet", "--weights", "last.ckpt", "--json", "-o", "out")
+    result = run_cli("explain", "photo.png", "--model", "test_resnet", "--weights", "last.ckpt", "--json", "-o", "ckpt")
     assert result.code == 0, result.stderr
     assert "the model's weights are under 'model.' (a training wrapper's name), taken from there" in result.stderr
     assert "1 other tensors left out (criterion)" in result.stderr

@@ -36,8 +36,8 @@ def layers(
     kwargs = dict(parse_kwarg(text) for text in given.get("model_kwargs") or ())
     net, source, arch = build_model(model, pretrained=False, kwargs=kwargs)
     net.eval()
-    defaults = [layer.name for layer in resolve_layers(net, default_layer_paths(net, arch, source), model)]
     input_hw = parse_input_size(given["input_size"]) if given.get("input_size") else default_input_hw(net)
+    defaults = [layer.name for layer in resolve_layers(net, default_layer_paths(net, arch, source, input_hw=input_hw), model)]
     rows = layer_rows(net, input_hw, defaults, num_prefix_tokens(net, source, arch))
     streams = command_streams(ctx)
     needle = (filter_text or "").lower()

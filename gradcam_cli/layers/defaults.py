@@ -24,24 +24,28 @@ if TYPE_CHECKING:
     from gradcam_cli.model.hub import ModelSource
 
 
-def default_layer_paths(model: nn.Module, arch: str = "", source: ModelSource | None = None) -> list[str]:
+def default_layer_paths(
+    model: nn.Module, arch: str = "", source: ModelSource | None = None, *, input_hw: tuple[int, int] | None = None
+) -> list[str]:
     """The layer a careful user would pick: last spatial map the head still sees.
 
     The model's own hub is asked first, then every hub in registry order (a
     model built elsewhere may still have a known look); source None, for a
     bare module as the Python API gets, asks the registry only. A hub's name
     that is no module of the model counts as no answer; a ModuleList stands
-    for its last child, the one the forward calls.
+    for its last child, the one the forward calls. The probes run at `input_hw`,
+    the run's input size (a model made for 64x64 may not take the 224x224 guess).
     """
+    input_hw = input_hw or default_input_hw(model)
     hubs = SOURCES if source is None else (source, *SOURCES)
     path = next((found for hub in hubs if (found := hub.default_layer(model, arch)) is not None), None)
     layer = _module_at(model, path) if path is not None else None
     if layer is not None and is_norm(layer.module):
         return [layer.path]  # a hub that names a norm has applied the class-token rule itself (ViT's `norm1`)
-    layer = run_by(layer or resolve_layer(model, _last_spatial_module(model)))
+    layer = run_by(layer or resolve_layer(model, _last_spatial_module(model, input_hw)))
     if not pools_a_class_token(model):
         return [layer.path]
-    return [reaching_layer(model, layer, default_input_hw(model), arch or type(model).__name__)]
+    return [reaching_layer(model, layer, input_hw, arch or type(model).__name__)]
 
 
 def _module_at(model: nn.Module, path: str) -> ResolvedLayer | None:
@@ -51,10 +55,10 @@ def _module_at(model: nn.Module, path: str) -> ResolvedLayer | None:
         return None  # timm's feature_info names `block.3` in MViTv2 and Twins, which have none
 
 
-def _last_spatial_module(model: nn.Module) -> str:
+def _last_spatial_module(model: nn.Module, input_hw: tuple[int, int]) -> str:
     """Fallback: the outermost module that last produced a map or a token grid in a probe forward."""
     # forward hooks fire when a module ends, so a stage comes after its last conv
-    spatial = list(spatial_sizes(model, default_input_hw(model)))
+    spatial = list(spatial_sizes(model, input_hw))
     if not spatial:
         raise LayerError("no layer of this model outputs a spatial map; name one with ⟨layers⟩")
     return spatial[-1]

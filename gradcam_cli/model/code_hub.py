@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import inspect
 import os
-import re
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -28,15 +27,20 @@ from typing import Any
 from gradcam_cli.errors import GradcamError, ModelError, UsageError, printable
 from gradcam_cli.model.faults import fault_line
 from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, DataConfig, default_input_hw
+from gradcam_cli.values import CODE_MODEL
 
 from torch import nn
 
-# `file.py:name` or `package.module:name`; the name may be dotted (`Net.small`, `models.build`)
-CODE_NAME = re.compile(r"^(?P<where>.+\.py|[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
 NO_DATA_CONFIG = (
-    "{name} comes with no preprocessing: assuming ImageNet's (224x224, mean 0.485,0.456,0.406, std 0.229,0.224,0.225, "
-    "bilinear); set it with ⟨input_size⟩, ⟨mean⟩, ⟨std⟩, ⟨interpolation⟩ and ⟨crop_pct⟩"
+    "{name} comes with no preprocessing: assuming ImageNet's {assumed}; set it with ⟨input_size⟩, ⟨mean⟩, ⟨std⟩, "
+    "⟨interpolation⟩ and ⟨crop_pct⟩"
 )
+ASSUMED = {  # DataConfig's field → what is assumed without it
+    "input_hw": "224x224 input",
+    "mean": "mean 0.485,0.456,0.406",
+    "std": "std 0.229,0.224,0.225",
+    "interpolation": "bilinear resize",
+}
 
 
 class CodeHub:
@@ -46,14 +50,14 @@ class CodeHub:
 
     def arch_of(self, name: str) -> str | None:
         """The whole name when it reads `file.py:attr` or `module:attr`; else another hub's."""
-        return name if CODE_NAME.match(name.strip()) else None
+        return name if CODE_MODEL.match(name.strip()) else None
 
     def downloads(self, arch: str, pretrained: bool) -> bool:
         return False  # whatever the user's code fetches, it fetches itself
 
     def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
         """Import the file or module, find the name, call it with the kwargs (and num_classes when it takes one)."""
-        match = CODE_NAME.match(arch.strip())
+        match = CODE_MODEL.match(arch.strip())
         if match is None:
             raise UsageError(f"⟨model={arch}⟩ is not `path/to/file.py:name` or `package.module:name`")
         module = _import(match["where"])
@@ -67,8 +71,12 @@ class CodeHub:
         """ImageNet's statistics at the input size the module declares (224x224 when it declares none)."""
         return DataConfig(input_hw=default_input_hw(model), mean=IMAGENET_MEAN, std=IMAGENET_STD)
 
-    def data_config_notice(self, arch: str) -> str:
-        return NO_DATA_CONFIG.format(name=arch)
+    def data_config_notice(self, arch: str, given: frozenset[str]) -> str | None:
+        """Only what is assumed: a run given ⟨input_size⟩ is not told that 224x224 is assumed."""
+        missing = [field for field in ASSUMED if field not in given]
+        if {"input_hw", "mean", "std"} <= given or not missing:
+            return None
+        return NO_DATA_CONFIG.format(name=arch, assumed=", ".join(ASSUMED[field] for field in missing))
 
     def class_names(self, model: nn.Module, arch: str, num_classes: int) -> list[str] | None:
         return None

@@ -94,8 +94,8 @@ class HuggingFaceHub:
             crop_pct=crop_pct,
         )
 
-    def data_config_notice(self, arch: str) -> str | None:
-        if _processor(arch) is not None:
+    def data_config_notice(self, arch: str, given: frozenset[str]) -> str | None:
+        if _processor(arch) is not None or {"input_hw", "mean", "std"} <= given:
             return None
         return (
             f"hf:{arch} has no image processor config: assuming ImageNet's statistics at the model's size; set them with "

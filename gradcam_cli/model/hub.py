@@ -48,8 +48,9 @@ class ModelSource(Protocol):
     def data_config(self, model: nn.Module, arch: str) -> DataConfig:
         """The preprocessing the model's weights expect: input size, mean, std, interpolation, crop."""
 
-    def data_config_notice(self, arch: str) -> str | None:
-        """What to say when data_config is a guess (the user's own model has none), else None."""
+    def data_config_notice(self, arch: str, given: frozenset[str]) -> str | None:
+        """What to say when data_config is a guess (the user's own model has none) beyond the parts `given` by the
+        user (DataConfig's field names), else None."""
 
     def class_names(self, model: nn.Module, arch: str, num_classes: int) -> list[str] | None:
         """Class names from the hub's metadata (ImageNet heads), when the head fits them; else None."""

@@ -133,7 +133,7 @@ def load_model(
     config = replace(source.data_config(model, arch), **dict(preprocessing or {}))
     model = scores_view(model, output)
     found = probed_output(model, config.input_hw)
-    guessed = source.data_config_notice(arch)
-    notices += [guessed] if guessed and not {"input_hw", "mean", "std"} <= set(preprocessing or {}) else []
+    guessed = source.data_config_notice(arch, frozenset(preprocessing or {}))
+    notices += [guessed] if guessed else []
     prefix = num_prefix_tokens(model, source, arch)
     return LoadedModel(model, name.strip(), source, arch, config, names, prefix, notices, found)

@@ -50,7 +50,7 @@ class TimmHub:
             given["num_classes"] = num_classes
         return _sized(timm.create_model(arch, pretrained=pretrained, **given), given.get("img_size"))
 
-    def data_config_notice(self, arch: str) -> str | None:
+    def data_config_notice(self, arch: str, given: frozenset[str]) -> str | None:
         return None  # timm's models carry their data config
 
     def weights_location(self, arch: str) -> tuple[str, str] | None:

@@ -81,7 +81,7 @@ class TorchvisionHub:
             given["num_classes"] = num_classes
         return torchvision.models.get_model(arch, weights="DEFAULT" if pretrained else None, **given)
 
-    def data_config_notice(self, arch: str) -> str | None:
+    def data_config_notice(self, arch: str, given: frozenset[str]) -> str | None:
         return None  # the weights' transforms, or the ImageNet statistics torchvision's models are trained with
 
     def weights_location(self, arch: str) -> tuple[str, str] | None:
