@@ -14,6 +14,7 @@ from typing import Any
 
 from gradcam_cli.errors import UsageError
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS, OPTIONS, Option, named
+from gradcam_cli.values import CODE_MODEL
 from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, closest
 
 
@@ -37,6 +38,13 @@ class ModelSettings:
         given: dict[str, Any] = {"input_hw": self.input_size, "mean": self.mean, "std": self.std, "crop_pct": self.crop_pct}
         given["interpolation"] = self.interpolation.value if self.interpolation else None
         return {key: value for key, value in given.items() if value is not None}
+
+    def pretrained_said(self) -> bool | None:
+        """What records say of the weights: the hub's pretrained ones (True), a file's or random ones (False), or,
+        for a model the user's code builds without ⟨weights⟩, whatever that code loads (None: not ours to say)."""
+        if self.weights is not None:
+            return False
+        return None if CODE_MODEL.match(self.name.strip()) else self.pretrained
 
 
 @dataclass(frozen=True, kw_only=True)

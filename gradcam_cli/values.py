@@ -15,6 +15,9 @@ from typing import Any
 from gradcam_cli.errors import UsageError, cut, printable
 from gradcam_cli.vocab import Interpolation, values
 
+# `file.py:name` or `package.module:name`: a model the user's own code builds; the name may be dotted (`Net.small`)
+CODE_MODEL = re.compile(r"^(?P<where>.+\.py|[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+
 
 MAX_DIGITS = 20  # 2**64 has 20 digits: no index, count, size or argument needs more (and int() refuses 4,301)
 MAX_INPUT_SIDE = 8192  # well above the largest input any classifier is trained at (~1,000-2,000 pixels)

@@ -405,19 +405,40 @@ def test_the_legend_reads_a_colour_map_from_a_command_line_only_where_it_is_sure
     assert run_colours({"command": command})[0] == colormap
 
 
-def test_a_run_whose_preset_set_the_colours_gets_no_legend_rather_than_a_wrong_one(run_cli):
+def test_the_legend_follows_the_records_colour_maps_a_preset_included(run_cli):
+    """Records name their colour map, so a preset's colours are known (the command line alone could not say them)."""
     Path("run.yaml").write_text("colormap: magma\n")
     first = run_cli("explain", SHAPES / "circle_1.jpg", *SHAPES_MODEL, "--config", "run.yaml", "-o", "out", "--json")
     assert first.code == 0, first.stderr
+    assert first.records()[0]["settings"]["colormap"] == "magma"
     assert run_cli("report", "out").code == 0
-    header = read_data(Path("out/report"))["header"]
-    assert header["legend"] == [] and header["runs"][0]["colormap"] is None
+    legend = read_data(Path("out/report"))["header"]["legend"]
+    assert [(entry["colormap"], entry["norm"]) for entry in legend] == [("magma", "minmax")]
     second = run_cli("explain", SHAPES / "square_1.jpg", *SHAPES_MODEL, "--colormap", "plasma", "--norm", "none", "-o", "out")
     assert second.code == 0, second.stderr
     assert run_cli("report", "out").code == 0
     legend = read_data(Path("out/report"))["header"]["legend"]
-    assert [(entry["colormap"], entry["norm"], entry["runs"]) for entry in legend] == [("plasma", "none", [2])]
-    third = run_cli("explain", SHAPES / "star_1.jpg", *SHAPES_MODEL, "--colormap=hot", "-o", "out")
-    assert third.code == 0 and run_cli("report", "out").code == 0
-    legend = read_data(Path("out/report"))["header"]["legend"]
+    assert [(entry["colormap"], entry["norm"]) for entry in legend] == [("magma", "minmax"), ("plasma", "none")]
+
+
+def test_records_from_before_colour_maps_take_the_runs_command_line_where_it_is_sure(run_cli):
+    """Records written before they named their colour map: the runs file's command line says it, unless a preset
+    could have set another (then no legend rather than a wrong one)."""
+    import json
+
+    Path("run.yaml").write_text("colormap: magma\n")
+    runs = [("--config", "run.yaml"), ("--colormap", "plasma", "--norm", "none"), ("--colormap=hot",)]
+    for photo, flags in zip(("circle_1.jpg", "square_1.jpg", "star_1.jpg"), runs):
+        done = run_cli("explain", SHAPES / photo, *SHAPES_MODEL, *flags, "-o", "out", "--json")
+        assert done.code == 0, done.stderr
+    records = Path("out/records.jsonl")
+    old = [json.loads(line) for line in records.read_text().splitlines()]
+    for record in old:
+        for key in ("style", "colormap", "alpha", "caption"):
+            record["settings"].pop(key)
+    records.write_text("".join(json.dumps(record) + "\n" for record in old))
+    assert run_cli("report", "out").code == 0
+    header = read_data(Path("out/report"))["header"]
+    assert header["runs"][0]["colormap"] is None
+    legend = header["legend"]
     assert [(entry["colormap"], entry["norm"], entry["runs"]) for entry in legend] == [("plasma", "none", [2]), ("hot", "minmax", [3])]

@@ -35,16 +35,21 @@ SAID.update(weights_sha256="weights", weights_file="weights")
 DIFFERENCES_SAID = 2
 
 
-def making(context: dict[str, Any], picture: dict[str, Any]) -> Making:
-    """What makes this run's pictures: the record context's model and map settings, the weights' hash, the picture's."""
+def making(context: dict[str, Any]) -> Making:
+    """What makes this run's pictures: the record context's model, map and picture settings, the weights' hash."""
     settings = context.get("settings") or {}
     weights = settings.get("weights")
     return {
         **{key: context.get(key) for key in RUN_KEYS},
         **{key: settings.get(key) for key in MAP_KEYS},
         "weights_sha256": file_sha256(Path(weights)) if weights else None,
-        **{key: picture.get(key) for key in PICTURE_KEYS},
+        **{key: settings.get(key) for key in PICTURE_KEYS},
     }
+
+
+def stamp_for(context: dict[str, Any]) -> str:
+    """The `stamp` records of this context carry: the API's record says what the CLI's picture would carry."""
+    return stamp_hash(stamp_text(making(context)))
 
 
 def record_making(record: dict[str, Any]) -> Making:
@@ -53,7 +58,7 @@ def record_making(record: dict[str, Any]) -> Making:
     given = record.get("settings")
     settings: dict[str, Any] = given if isinstance(given, dict) else {}
     said = {key: record[key] for key in RUN_KEYS if key in record}
-    said.update({key: settings[key] for key in MAP_KEYS if key in settings})
+    said.update({key: settings[key] for key in (*MAP_KEYS, *PICTURE_KEYS) if key in settings})
     if "weights" in settings:  # a path, not a hash: it says at least whether a weights file was given
         said["weights_file"] = settings["weights"] is not None
     return said

@@ -78,7 +78,7 @@ def run_line(settings: ExplainSettings, command: tuple[str, ...], *, version: st
         "shard": f"{shard[0]}/{shard[1]}" if shard else None,
         "weights": str(weights) if weights else None,
         "weights_sha256": file_sha256(weights) if weights else None,
-        "pretrained": settings.model.pretrained and weights is None,
+        "pretrained": settings.model.pretrained_said(),
         "version": version,
     }
 

@@ -129,8 +129,7 @@ class ResultWriter:
         self.namer = namer
         self.class_names = class_names
         self.colormap, self.alpha, self.style, self.caption = colormap, alpha, style, caption
-        picture = {"style": style.value, "colormap": colormap.value, "alpha": alpha, "caption": caption}
-        self.provenance = Provenance(namer.output_dir, making(context, picture), replace=replace)
+        self.provenance = Provenance(namer.output_dir, making(context), replace=replace)
         # model, layers, method, device, settings, and the stamp of what made the pictures: the same in every record
         self.context = {**context, "stamp": self.provenance.stamp}
         self.save_raw, self.save_guided = save_raw, save_guided

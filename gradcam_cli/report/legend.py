@@ -1,7 +1,7 @@
 """The report's colour legend: which colour map the overlays were drawn with, and what its colours mean.
 
 Where a record names its colour map (`settings.colormap`) that is the answer.
-Records that do not (explain's records do not carry it yet) leave the run's
+Records that do not (written before records named it) leave the run's
 command line in runs.jsonl, read only where it is sure: `--colormap` given
 there (flags win over a preset), else the default when no preset (`--config`)
 could have set another. A run whose colours are not known gets no legend

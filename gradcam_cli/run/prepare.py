@@ -93,6 +93,11 @@ class PreparedRun:
             return [f"input + {count} bias layers (whole network)"]
         return [layer.name for layer in self.layers]
 
+    def picture_settings(self) -> dict[str, Any]:
+        """How the pictures are drawn (a report's colour legend reads the colour map from the records)."""
+        outputs = self.settings.outputs
+        return {"style": outputs.style.value, "colormap": outputs.colormap.value, "alpha": outputs.alpha, "caption": outputs.caption}
+
     def record_context(self) -> dict[str, Any]:
         """What every record of this run repeats, so a run can be reproduced from any line of its output."""
         settings, maps = self.settings, self.settings.maps
@@ -111,8 +116,9 @@ class PreparedRun:
                 "combine": str(maps.combine.value),
                 "eigen_smooth": maps.eigen_smooth,
                 "aug_smooth": maps.aug_smooth,
+                **self.picture_settings(),
                 "precision": str(self.options.precision or "fp32").replace("torch.", ""),
-                "pretrained": settings.model.pretrained and settings.model.weights is None,
+                "pretrained": settings.model.pretrained_said(),
                 "weights": str(settings.model.weights) if settings.model.weights else None,
                 "version": __version__,
             },
@@ -155,12 +161,14 @@ def prepare_run(
             model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels, kwargs=dict(model.kwargs),
             preprocessing=model.preprocessing(), ema=model.ema, output=model.output,
         )  # fmt: skip
-    paths = list(settings.target.layers) or default_layer_paths(loaded.model, loaded.arch, loaded.source)
+    paths = list(settings.target.layers) or default_layer_paths(
+        loaded.model, loaded.arch, loaded.source, input_hw=loaded.data_config.input_hw
+    )
     layers = resolve_layers(loaded.model, paths, loaded.name)
     said: list[str] = list(loaded.notices)
     outputs = model_load.num_outputs(loaded.model)
     targets = _targets(settings, loaded.class_names, outputs, said.append)
-    if not model.pretrained and model.weights is None:
+    if model.pretrained_said() is False and model.weights is None:  # your code's weights are your code's to say
         said.append(NO_PRETRAINED)
     prepared = PreparedRun(
         settings=settings,

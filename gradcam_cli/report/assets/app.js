@@ -243,7 +243,7 @@
       h += '<dl class="run">';
       if (runs.length > 1) h += '<dt class="run-n">run ' + (k + 1) + "</dt><dd>" + (r.interrupted ? '<span class="badge badge-warn">interrupted</span>' : "") + "</dd>";
       h += "<dt>model</dt><dd><b>" + esc(r.model) + "</b>" + (r.pretrained ? ' <span class="muted">pretrained</span>' : "") + "</dd>";
-      h += "<dt>weights</dt><dd>" + (r.weights ? "<code>" + esc(r.weights) + "</code>" : '<span class="muted">' + (r.pretrained ? "the library's pretrained weights" : "random weights") + "</span>") + "</dd>";
+      h += "<dt>weights</dt><dd>" + (r.weights ? "<code>" + esc(r.weights) + "</code>" : '<span class="muted">' + (r.pretrained ? "the library's pretrained weights" : r.pretrained === false ? "random weights" : "the weights your code builds") + "</span>") + "</dd>";
       if (r.weights_sha256) h += '<dt>SHA-256</dt><dd><code class="hash">' + esc(r.weights_sha256) + "</code></dd>";
       h += "<dt>method</dt><dd>" + esc(r.method) + "</dd>";
       h += "<dt>layers</dt><dd>" + esc((r.layers || []).join(", ")) + "</dd>";
