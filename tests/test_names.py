@@ -146,6 +146,28 @@ def test_another_model_layer_or_style_never_replaces_an_output_unless_asked(run_
     assert is_records_picture(newer, overlay, last=newer) and not is_records_picture(older, overlay, last=newer)
 
 
+def test_a_report_never_shows_another_runs_map(run_cli, tmp_path):
+    """The issue's mix/: test_resnet, then resnet18 (--replace) into one folder. The report's test_resnet card shows
+    no map (resnet18's picture is at its path), says why, and resnet18's card shows it; so too for a folder written
+    before pictures carried stamps, judged by which record wrote the picture last."""
+    from test_report import read_data
+
+    write_image(tmp_path / "a.png", 48, 40, seed=1)
+    assert run_cli("explain", "a.png", *SHAPES, "-o", "mix").code == 0
+    second = run_cli("explain", "a.png", *OTHER, "-o", "mix", "--replace")
+    assert second.code == 0, second.stderr
+    for stamped in (True, False):
+        if not stamped:
+            _unstamped(tmp_path / "mix")
+        built = run_cli("report", "mix")
+        assert built.code == 0 and "1 card(s) show no map: a later run with other settings wrote over" in built.stderr, built.stderr
+        cards = {card["model"]: card for card in read_data(tmp_path / "mix" / "report")["cards"]}
+        assert set(cards) == {"test_resnet", "resnet18"}
+        assert cards["test_resnet"]["replaced"] and cards["test_resnet"]["overlay"] is None
+        assert cards["test_resnet"]["overlay_thumb"] is None and cards["test_resnet"]["thumb"] is not None
+        assert cards["resnet18"]["overlay"] is not None and "replaced" not in cards["resnet18"]
+
+
 def _unstamped(folder: Path) -> None:
     """The folder as gradcam wrote it before pictures carried their stamp: no text chunk, no `stamp` in the records."""
     for png in folder.rglob("*.png"):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gradcam_cli.version import __version__
+from gradcam_cli.outputs.provenance import is_records_picture
 from gradcam_cli.outputs.run_files import now
 from gradcam_cli.report.cards import header, locator, place_files, record_cards, set_thumbs
 from gradcam_cli.report.collect import Warn, collect
@@ -28,10 +29,20 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
     collected = collect(output_dir, record_paths, warn)
     report_dir = output_dir / REPORT_FOLDER
     locate = locator(collected.bases)
-    cards = [card for record in collected.records for card in record_cards(record)]
-    places = [place_files(card, locate, report_dir) for card in cards]
+    cards, places, replaced = [], [], 0
+    for record in collected.records:
+        for card in record_cards(record):
+            written = card["_overlay"]
+            photo, overlay = place_files(card, locate, report_dir)
+            if overlay is not None and not is_records_picture(record, overlay, collected.writers.get(str(written))):
+                card["overlay"] = card["npy"] = None  # a later run wrote over its picture: never show another run's map
+                card["replaced"], overlay, replaced = True, None, replaced + 1
+            cards.append(card)
+            places.append((photo, overlay))
+    if replaced:
+        warn(f"{replaced} card(s) show no map: a later run with other settings wrote over their pictures (its cards show them)")
     _thumbnails(report_dir, cards, places, workers or min(8, os.cpu_count() or 1))
-    missing = sum(1 for card in cards if card["ok"] and not card["thumb"] and not card["overlay_thumb"])
+    missing = sum(1 for card in cards if card["ok"] and not card["thumb"] and not card["overlay_thumb"] and not card.get("replaced"))
     if missing:
         warn(f"{missing} card(s) have no picture: their files are not where the records say (run the report where the run ran)")
     for number, card in enumerate(cards):

@@ -30,6 +30,7 @@ class Collected:
     runs: list[dict[str, Any]] = field(default_factory=list)
     bases: list[Path] = field(default_factory=list)  # folders a record's relative path may be relative to
     files: list[Path] = field(default_factory=list)
+    writers: dict[str, dict[str, Any]] = field(default_factory=dict)  # each picture path: the last record that wrote it
 
 
 def record_files(output_dir: Path, given: Iterable[Path]) -> list[Path]:
@@ -121,9 +122,34 @@ def collect(output_dir: Path, given: Iterable[Path] = (), warn: Warn = lambda _m
             f"{shown(str(output_dir))}: no {RECORDS_FILE} here; give the output folder of a `gradcam explain` run, "
             "or name its records files (JSON Lines from stdout)"
         )
-    records = merge(record for path in files for record in read_records(path, warn))
+    read = [record for path in _oldest_first(files) for record in read_records(path, warn)]
+    records = merge(read)
     if not records:
         raise UsageError(f"no records in {', '.join(shown(str(path)) for path in files)}; nothing to report")
     runs = read_runs([output_dir, *(path.parent for path in files)])
     bases = [Path.cwd(), *(Path(run["cwd"]) for run in runs if isinstance(run.get("cwd"), str))]
-    return Collected(records, runs, list(dict.fromkeys(bases)), files)
+    return Collected(records, runs, list(dict.fromkeys(bases)), files, last_writers(read))
+
+
+def _oldest_first(files: list[Path]) -> list[Path]:
+    """Records files by when they were last written (shards' files, stdout kept with `>`): later lines are later runs."""
+
+    def written(path: Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    return sorted(files, key=written)
+
+
+def last_writers(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each picture path as records name it → the last record that wrote it (a skipped or failed record wrote
+    nothing): for a picture without a stamp, the one record whose map it can show (outputs/provenance.py)."""
+    writers: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if record.get("ok") and not record.get("skipped"):
+            for path in record.get("outputs") or []:
+                if isinstance(path, str):
+                    writers[path] = record
+    return writers

@@ -25,7 +25,7 @@ window.GRADCAM_REPORT = {
     runs: [{                                     // one per run whose records are in the report (runs.jsonl)
       command: "gradcam explain val -r ...",     // the command line, as typed (null when unknown)
       started: "ISO", finished: "ISO"|null, interrupted: bool,
-      model: "resnet50", weights: "path"|null, weights_sha256: "hex"|null, pretrained: bool,
+      model: "resnet50", weights: "path"|null, weights_sha256: "hex"|null, pretrained: bool|null,  // null: your code's
       method: "gradcam", layers: ["layer4"], version: "0.x", device: "cpu", shard: "0/4"|null,
       colormap: "jet"|null, norm: "minmax"|"none"|null,   // as the command line says them for sure (report/legend.py)
     }],
@@ -54,6 +54,7 @@ window.GRADCAM_REPORT = {
     thumb_w: 256, thumb_h: 192,                  // the thumbnails' size in pixels (both share it)
     original: "../../val/cat/1.jpg"|null,        // full-size files, relative to the report folder, plain text (the page encodes)
     overlay: "../1_gradcam.png"|null, npy: "../1_gradcam.npy"|null,
+    replaced: true|absent,                       // a later run with other settings wrote over its picture: none shown
     metrics: {deletion_auc: 0.12, ...},          // numeric, maybe {}
   }],
 }

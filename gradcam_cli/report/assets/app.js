@@ -505,7 +505,7 @@
     var w = c.thumb_w > 0 ? Math.round(c.thumb_w) : 256, h = c.thumb_h > 0 ? Math.round(c.thumb_h) : 192;
     var s = url(src), f = url(full);
     var cls = "thumb thumb-" + kind;
-    if (!s) return '<span class="' + cls + ' thumb-missing" style="aspect-ratio:' + w + "/" + h + '">' + (kind === "overlay" ? "no overlay" : "no image") + "</span>";
+    if (!s) return '<span class="' + cls + ' thumb-missing" style="aspect-ratio:' + w + "/" + h + '">' + (kind !== "overlay" ? "no image" : c.replaced ? "replaced by a later run" : "no overlay") + "</span>";
     var img = '<img src="' + esc(s) + '" loading="lazy" decoding="async" width="' + w + '" height="' + h + '" alt="' + kind + '">';
     if (!f) return '<span class="' + cls + '">' + img + "</span>";
     return '<a class="' + cls + '" href="' + esc(f) + '" target="_blank" rel="noopener" title="open the full-size ' + kind + '">' + img + "</a>";
