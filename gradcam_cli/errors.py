@@ -120,7 +120,7 @@ class Notice(UserWarning):
     """A choice the library made for the user where it had to guess (a fallback that fired): one line to say so.
 
     A Python caller sees it as a warning, its marks spelled as arguments; the
-    command line (`notices_to`) prints it as its one line, spelled as flags.
+    command line (`warnings_said`) prints it as its one line, spelled as flags.
     """
 
     def __init__(self, message: str) -> None:
@@ -139,19 +139,28 @@ def notify(message: str) -> None:
     warnings.warn(Notice(message), stacklevel=2)
 
 
+def keep_marks(name: str, rest: str | None) -> str:
+    """A spelling that leaves an option's mark as it is, for a reader that spells the marks itself (compare's flags)."""
+    return f"⟨{name}{rest or ''}⟩"
+
+
 @contextmanager
-def notices_to(say: Callable[[str], None], spelling: Spelling = spell_as_argument) -> Iterator[None]:
-    """Inside, each Notice goes to `say` as one line spelled for its reader, once per message; other warnings
-    are shown as Python shows them."""
+def warnings_said(say: Callable[[str], None], spelling: Spelling = spell_as_argument) -> Iterator[None]:
+    """Inside, every warning goes to `say` as one line, once per text: a Notice spelled for its reader, any other
+    (the user's model code, a library it calls) as `Category: message`, without the file path and source line
+    Python's own format adds. Python's filters still decide which warnings are shown."""
+    said: set[str] = set()
+
+    def show(message: Warning | str, category: type[Warning], *_where: object, **_line: object) -> None:
+        if isinstance(message, Notice):
+            text = message.spelled(spelling)
+        else:
+            text = f"{category.__name__}: {printable(one_line(message, limit=400))}"  # lines folded, then controls escaped
+        if text not in said:
+            said.add(text)
+            say(text)
+
     with warnings.catch_warnings():
         warnings.simplefilter("once", Notice)
-        shown = warnings.showwarning
-
-        def show(message: Warning | str, category: type[Warning], *rest: object, **named: object) -> None:
-            if isinstance(message, Notice):
-                say(message.spelled(spelling))
-            else:
-                shown(message, category, *rest, **named)  # type: ignore[arg-type]
-
         warnings.showwarning = show
         yield

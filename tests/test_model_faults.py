@@ -26,6 +26,7 @@ from conftest import cli_command, cli_env, pictures_in, write_image
 NET = """
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -47,6 +48,8 @@ class Small(nn.Module):
             raise RuntimeError("I take one image at a time")  # BATCH
         if self.mode == "print":
             print("forward of", tuple(x.shape))
+        if self.mode == "warn":
+            warnings.warn("mind the gap\\nbetween the lines")  # WARN
         if self.mode == "blank" and not bool(x.any()):
             raise RuntimeError("nothing to see")  # BLANK
         return self.fc(torch.relu(self.conv(x)).mean(dim=(2, 3)))
@@ -194,6 +197,36 @@ def test_what_the_model_prints_goes_to_stderr(run_cli, net, capsys) -> None:
     printed = capsys.readouterr()
     assert "forward of" not in printed.out, "the process's stdout carries records only"
     assert "forward of (2, 3, 32, 32)" in printed.err
+
+
+def test_a_warning_of_the_models_code_is_one_line_once(run_cli, net) -> None:
+    """Python would print the warning with net.py's path, line number and source line, for every batch."""
+    result = run_cli("explain", "in", "--model", "net.py:Small", "--model-kwargs", "mode=warn", *SIZE, "-b", "1", "--json", "-o", "out")
+    assert result.code == 0, result.stderr
+    assert len(result.records()) == 4
+    said = [line for line in result.stderr.splitlines() if "mind the gap" in line]
+    assert said == ["gradcam: UserWarning: mind the gap between the lines"], result.stderr
+    assert "net.py" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("eval", "in", "--methods", "gradcam", "--metrics", "deletion", "--steps", "2", "-o", "ev"),
+        ("compare", "in", "--methods", "gradcam", "--layers", "conv", "-o", "cmp"),
+        ("layers",),
+    ],
+    ids=["eval", "compare", "layers"],
+)
+def test_every_command_keeps_what_the_model_prints_off_stdout(run_cli, net, capsys, command) -> None:
+    name, *rest = command
+    model = ("net.py:Small", "--model-kwargs", "mode=print", "--input-size", "32x32")
+    args = (name, *model) if name == "layers" else (name, *rest, "--model", *model, "--mean", "0.5", "--std", "0.5")
+    result = run_cli(*args, "--json")
+    assert result.code == 0, result.stderr
+    printed = capsys.readouterr()
+    assert "forward of" not in printed.out and "forward of" in printed.err
+    assert all(json.loads(line) for line in result.stdout.splitlines())
 
 
 @pytest.mark.slow

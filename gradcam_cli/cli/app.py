@@ -23,7 +23,7 @@ from gradcam_cli.cli.explain import command_streams, explain
 from gradcam_cli.cli.inspect import layers, methods
 from gradcam_cli.cli.report import report
 from gradcam_cli.cli.signals import interrupted
-from gradcam_cli.errors import ExitCode, GradcamError, Interrupted, notices_to
+from gradcam_cli.errors import ExitCode, GradcamError, Interrupted, warnings_said
 from gradcam_cli.option_table import as_flag
 
 STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`; the run stopped before the end
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None, streams: Streams | None = None) -> None:
     debug = "--debug" in args
     command = typer.main.get_command(app)
     try:
-        with notices_to(lambda line: print(f"gradcam: {line}", file=stderr), as_flag):  # the library's fallbacks, one line each
+        with warnings_said(lambda line: print(f"gradcam: {line}", file=stderr), as_flag):  # the library's fallbacks, one line each
             code = command.main(args=args, prog_name="gradcam", standalone_mode=False, obj=streams)
     except Interrupted as error:
         print(f"gradcam: {error.spelled(as_flag)}", file=stderr)

@@ -51,7 +51,10 @@ def compare(ctx: typer.Context, methods: str, layers: str, **given: Any) -> int:
             raise UsageError("a comparison explains one class: give ⟨classes⟩ once (or not at all, for the top class)")
         streams = command_streams(ctx)
         as_json = (not streams.stdout_tty) if json_lines is None else json_lines
-        return Comparison(settings, streams, as_json, quiet).run(inputs, columns, parse_layers(layers))
+        from gradcam_cli.run.pipeline import model_prints_to_stderr
+
+        with model_prints_to_stderr():  # stdout carries the records only, whatever the model's code prints
+            return Comparison(settings, streams, as_json, quiet).run(inputs, columns, parse_layers(layers))
     except GradcamError as error:
         raise in_compare_flags(error) from None
 

@@ -13,15 +13,23 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, names_input, progress_line
 from gradcam_cli.cli.signals import HANDLED, StopRequests
-from gradcam_cli.errors import ExitCode, GradcamError, InputError, Interrupted, OutputError, spell_as_argument, spelled
+from gradcam_cli.errors import (
+    ExitCode,
+    GradcamError,
+    InputError,
+    Interrupted,
+    OutputError,
+    keep_marks,
+    spell_as_argument,
+    spelled,
+    warnings_said,
+)
 from gradcam_cli.option_table import as_flag
 from gradcam_cli.settings import ExplainSettings
 
@@ -121,21 +129,13 @@ class Comparison:
             self.said.update((text, " ".join(spelled(message, spell_as_argument).split())))
             self.reporter.warn(text)
 
-    @contextmanager
-    def _warnings_as_lines(self) -> Iterator[None]:
-        """Every warning raised while comparing (the model's code, torch, the library) is one `gradcam:` line."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("always", UserWarning)  # said once by warn(), not once per place in the code
-            warnings.showwarning = lambda message, *_rest, **_kw: self.warn(str(message))
-            yield
-
     def run(self, inputs: list[str], columns: list[str], paths: list[str] | None) -> int:
         """Scan, load, compare; a signal stops the run before the next cell, the grids written so far kept."""
         from gradcam_cli.inputs.sources import iter_sources
 
         stops = StopRequests()
         try:
-            with stops, self._warnings_as_lines():  # the model's loading too
+            with stops, warnings_said(self.warn, keep_marks):  # every warning one line, the model's loading too
                 scan = iter_sources(
                     inputs, self.streams.stdin, self.settings.inputs.recursive, self.settings.outputs.output_dir, notice=self.warn
                 )

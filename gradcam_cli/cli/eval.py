@@ -12,9 +12,6 @@ did. The model options come from the one option table, as explain's do.
 from __future__ import annotations
 
 import inspect
-import warnings
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,9 +22,9 @@ from gradcam_cli.cli.console import NO_IMAGE_FOUND, ProgressLine, Streams, names
 from gradcam_cli.cli.explain import build_report_for, command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
 from gradcam_cli.cli.signals import StopRequests
-from gradcam_cli.errors import ExitCode, UsageError, one_line, printable
+from gradcam_cli.errors import ExitCode, UsageError, warnings_said
 from gradcam_cli.settings import ExplainSettings, build_settings
-from gradcam_cli.option_table import BY_NAME, OPTIONS
+from gradcam_cli.option_table import BY_NAME, OPTIONS, as_flag
 from gradcam_cli.vocab import Metric, Substrate, values
 
 DEFAULT_METHODS = "gradcam,gradcam++,xgradcam,layercam"
@@ -65,7 +62,10 @@ def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, 
     plan = EvalPlan(methods=tuple(chosen), scoring=scoring, boxes=boxes_path, overlays=settings.outputs.report)
     streams = command_streams(ctx)
     as_json = (not streams.stdout_tty) if json_lines is None else json_lines
-    return _Evaluation(settings, plan, streams, as_json, quiet).run(inputs)
+    from gradcam_cli.run.pipeline import model_prints_to_stderr
+
+    with model_prints_to_stderr():  # stdout carries the records only, whatever the model's code prints
+        return _Evaluation(settings, plan, streams, as_json, quiet).run(inputs)
 
 
 def _metrics(text: str | None, boxes: str | None) -> tuple[Metric, ...]:
@@ -110,7 +110,7 @@ class _Evaluation:
                 return ExitCode.SOME_INPUTS_FAILED
             progress = progress_line(self.streams, self.quiet, len(sources), verb="evaluated")
             try:
-                with _warnings_said(progress.warn if progress else self.streams.warn):
+                with warnings_said(progress.warn if progress else self.streams.warn, as_flag):
                     return self._evaluate(stops, sources, progress)
             finally:
                 if progress:
@@ -210,23 +210,6 @@ class _Counts:
     def _words(self) -> str:
         failed = f", {len(self.failed)} failed" if self.failed else ""
         return f"evaluated {len(self.images)}{failed}" + (f"; {self.what}" if self.what else "")
-
-
-@contextmanager
-def _warnings_said(warn: Callable[[str], None]) -> Iterator[None]:
-    """Python's warnings during the run (the user's model code, a library it calls) said as one line each, once, without
-    the file path and source line Python's own format adds; Python's filters still decide which are shown."""
-    said: set[str] = set()
-
-    def show(message: Warning | str, category: type[Warning], *_where: Any, **_line: Any) -> None:
-        text = f"{category.__name__}: {one_line(printable(str(message)), limit=400)}"
-        if text not in said:
-            said.add(text)
-            warn(text)
-
-    with warnings.catch_warnings():
-        warnings.showwarning = show
-        yield
 
 
 def _run_line(evaluator: Any, streams: Streams) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, progress_
 from gradcam_cli.cli.named_inputs import Scan, check_files, input_sources, scan_named, stdin_ahead
 from gradcam_cli.cli.options import parameter
 from gradcam_cli.cli.signals import HANDLED, StopRequests
-from gradcam_cli.errors import ExitCode, GradcamError, Interrupted, UsageError, notices_to
+from gradcam_cli.errors import ExitCode, GradcamError, Interrupted, UsageError, warnings_said
 from gradcam_cli.settings import ExplainSettings, build_settings
 from gradcam_cli.option_table import OPTIONS, as_flag
 
@@ -81,7 +81,7 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
         try:
             if scan is not None:
                 scan.tell(reporter.warn)
-            with notices_to(reporter.warn, as_flag):  # the library's fallbacks, above the progress line
+            with warnings_said(reporter.warn, as_flag):  # the library's fallbacks, above the progress line
                 explainer = _explainer(settings, reporter, stops)
                 if reporter.progress:
                     reporter.progress.loaded()
