@@ -7,12 +7,14 @@ imports it before the engine.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.errors import UsageError, cut
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS, OPTIONS, Option, named
 from gradcam_cli.values import CODE_MODEL
 from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, closest
@@ -139,6 +141,24 @@ def build_settings(given: Mapping[str, Any]) -> ExplainSettings:
     return ExplainSettings(**{name: GROUPS[name](**fields) for name, fields in groups.items()})
 
 
+KIND_WORDS = {bool: "True or False", int: "a whole number", float: "a finite number", str: "text"}
+
+
+def _check_kind(option: Option, value: Any) -> None:
+    """A value of the option's kind (the Python API passes anything): `topk=1.5` is refused, not cut to 1."""
+    kind = option.kind
+    if kind is bool:
+        fits = isinstance(value, bool)
+    elif kind is int:
+        fits = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    elif kind is float:
+        fits = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    else:
+        fits = kind is not str or isinstance(value, str)
+    if not fits:
+        raise UsageError(f"{named(option)} {cut(repr(value), 40)} ({type(value).__name__}): give {KIND_WORDS.get(kind, kind.__name__)}")
+
+
 def _checked(option: Option, value: Any) -> Any:
     """One value as its group holds it, with the same check (and message) for a flag and a preset key."""
     if value is None:
@@ -156,6 +176,7 @@ def _checked(option: Option, value: Any) -> Any:
         return Path(value)
     if option.convert is not None:
         return option.convert(str(value))
+    _check_kind(option, value)
     if option.kind is int and option.minimum is not None and int(value) < option.minimum:
         raise UsageError(f"{named(option)} {value}: must be {option.minimum} or more{option.minimum_meaning}")
     if option.maximum is not None and not (option.minimum or 0) <= float(value) <= option.maximum:

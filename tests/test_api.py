@@ -184,7 +184,7 @@ def test_the_model_is_left_as_found(method: str, photo: Path) -> None:
         (lambda m, p: gradcam_cli.explain(p, m, method="gradcm"), UsageError, "method 'gradcm' is unknown"),
         (lambda m, p: gradcam_cli.explain(p, m, norm="max"), UsageError, "norm 'max' is unknown"),
         (lambda m, p: gradcam_cli.explain(p, m, alpha=2), UsageError, "alpha=2.0: must be between 0 and 1"),
-        (lambda m, p: gradcam_cli.explain(p, m, alpha="opaque"), UsageError, "wrong value"),
+        (lambda m, p: gradcam_cli.explain(p, m, alpha="opaque"), UsageError, "alpha 'opaque' (str): give a finite number"),
         (lambda m, p: gradcam_cli.explain(p, m, layers="layer9"), LayerError, "layer 'layer9' not found in test_resnet"),
         (lambda m, p: gradcam_cli.explain(p, m, layers=Image), LayerError, "is not a module of this model"),
         (lambda m, p: gradcam_cli.explain(p, m, max_pixels=100), InputError, "above max_pixels=100"),

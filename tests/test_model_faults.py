@@ -370,6 +370,10 @@ def test_explain_classes_of_a_wrong_type_are_usage_errors(tmp_path: Path) -> Non
     with pytest.raises(UsageError, match=r"classes=1\.5 \(float\) is not what classes takes: give None \(the top class\), a class"):
         explain(photo, ready, classes=1.5)
     assert explain(photo, ready, classes=np.int64(3)).class_index == 3
+    for option, value, says in [("topk", 1.5, "give a whole number"), ("alpha", True, "give a finite number"), ("caption", 1, "True or")]:
+        with pytest.raises(UsageError, match=f"{option} .* give|{says}"):
+            explain(photo, ready, **{option: value})
+    assert len(explain(photo, ready, topk=np.int64(2)).targets) == 2
 
 
 # ---------------------------------------------------------------- slow methods: cost, progress per view, Ctrl-C
