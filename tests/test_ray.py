@@ -32,7 +32,7 @@ HANG_GUARD_S = 600  # only a hang reaches it: the CLI ends long before, a cluste
 @pytest.fixture(scope="module")
 def cluster():
     """One local Ray cluster for the module: it starts in seconds, its actors in a few more."""
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR")  # never another process's cluster
     yield
     ray.shutdown()
 
