@@ -328,12 +328,12 @@ def test_the_sanity_check_of_a_domainbed_network(run_cli, tmp_path, given, stage
     assert lines.count("gradcam: UserWarning: 'pretrained' is deprecated, use 'weights'") == 1
 
 
-def test_probe_stages_pass_over_a_shared_module():
+def test_the_probe_rules_stages_pass_over_a_shared_module():
     """A module that runs at every resolution (one shared activation) is never a stage's module: where a stage ends is
     where its module first finishes, and a shared one first finishes in the first stage."""
     from torch import nn
 
-    from gradcam_cli.evaluate.sanity import probe_stages
+    from gradcam_cli.layers.stages import stage_paths
 
     class Shared(nn.Module):
         def __init__(self):
@@ -348,6 +348,6 @@ def test_probe_stages_pass_over_a_shared_module():
             return self.head(x.mean(dim=(2, 3)))
 
     model = Shared().eval()
-    assert probe_stages(model, torch.zeros(1, 3, 32, 32)) == ["convs.0", "convs.1", "convs.2"]
+    assert stage_paths(model, "", None, input_hw=(32, 32)) == ["convs.0", "convs.1", "convs.2"]
     steps = cascade_steps(model, ["convs.0", "convs.1", "convs.2"], torch.zeros(1, 3, 32, 32))
     assert [s.name for s in steps] == ["head", "convs.2", "convs.1", "convs.0"]

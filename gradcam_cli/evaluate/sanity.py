@@ -6,16 +6,15 @@ trained model's. A method whose maps survive (still alike when the weights
 that made the decision are noise) shows the image, an edge detector would do
 as well, not the model. The cascade goes one stage at a time, the steps a
 reader can name (a resnet50 module by module would be 107 steps of noise),
-on one deep copy: the caller's model is never touched. A model no hub names
-the stages of gets them from a probe forward (probe_stages), however deep a
-wrapper holds its network.
+on one deep copy: the caller's model is never touched. The stages are
+compare's (layers/stages.py: the hub's, else the probe rule, however deep a
+wrapper holds the network).
 """
 
 from __future__ import annotations
 
 import copy
 from bisect import bisect_left
-from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from torch import nn
 from gradcam_cli.errors import LayerError, UsageError
 from gradcam_cli.evaluate.agreement import spearman, ssim
 from gradcam_cli.layers.paths import resolve_layer
-from gradcam_cli.model.state import eval_mode, first_tensor
+from gradcam_cli.model.state import eval_mode
 
 Agreement = tuple[torch.Tensor, torch.Tensor]  # one method's (Spearman, SSIM) at one step, (N,) each
 INIT_STD = 0.02  # timm's ViT init for parameters no module knows how to reset (cls_token, pos_embed, LayerScale gamma)
@@ -79,61 +78,11 @@ def _start_order(model: nn.Module, x: torch.Tensor, stages: list[str]) -> tuple[
     return starts, ends
 
 
-def probe_stages(model: nn.Module, x: torch.Tensor) -> list[str]:
-    """One module per stage, in forward order, from a probe forward of x[:1] (an input of the run's size).
-
-    The modules are taken in the order they first finish, at any depth; a
-    stage is a run of them whose outputs are maps (N×C×H×W, more than one
-    position each way) of one spatial size, outputs that are no map (an SE
-    block's pooled vector, a flattened feature) neither breaking nor joining
-    a run. Its module is the run's last to finish, so the outermost (a
-    container finishes after its children): `layer4` of a resnet,
-    `0.network.layer4` of one a DomainBed featurizer holds. A module that runs
-    more than once (a shared activation) is never a stage's module: its first
-    finish is not where the stage ends.
-    """
-    sizes: dict[str, tuple[int, int] | None] = {}  # in the order modules first finish
-    calls: Counter[str] = Counter()
-
-    def watch(name: str) -> Callable[..., None]:
-        def hook(_module: nn.Module, _inputs: object, output: object) -> None:  # returns None: the output goes on unchanged
-            calls[name] += 1
-            if name not in sizes:
-                tensor = first_tensor(output)
-                is_map = tensor is not None and tensor.dim() == 4 and min(tensor.shape[-2:]) > 1
-                sizes[name] = (int(tensor.shape[-2]), int(tensor.shape[-1])) if is_map and tensor is not None else None
-
-        return hook
-
-    handles = [module.register_forward_hook(watch(name)) for name, module in model.named_modules() if name]
-    try:
-        with eval_mode(model), torch.no_grad():
-            model(x[:1].to(_device_of(model)))
-    finally:
-        for handle in handles:
-            handle.remove()
-    runs: list[str | None] = []
-    size = None
-    for name, grid in sizes.items():
-        if grid is None:
-            continue
-        if grid != size:
-            runs.append(None)
-            size = grid
-        if calls[name] == 1:
-            runs[-1] = name
-    stages = [name for name in runs if name]
-    if not stages:
-        raise LayerError("no layer of this model outputs a spatial map, so the sanity check has no stages to randomise; "
-                         "leave sanity out of ⟨metrics⟩")  # fmt: skip
-    return stages
-
-
 def cascade_steps(model: nn.Module, stage_paths: Sequence[str], x: torch.Tensor) -> list[CascadeStep]:
     """The cascade, head first: "head", each stage from the last to the first, then "stem"; steps without parameters left out.
 
     stage_paths are one module per stage in forward order (layers.stages.
-    stage_paths or probe_stages gives them; a stage's last block or its norm1 will do). A probe
+    stage_paths gives them; a stage's last block or its norm1 will do). A probe
     forward of x[:1] times each module that owns parameters by when it starts:
     the head is what starts after the last stage's path finished, stage k what
     starts after stage k-1's finished up to stage k's finishing, the first stage

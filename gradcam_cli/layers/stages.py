@@ -86,9 +86,10 @@ def probed_stages(model: nn.Module, input_hw: tuple[int, int] | None = None) -> 
     `nn.Sequential(Featurizer, Linear)`, however deep the backbone sits in it).
     Of each run of these at one size, the last is the stage (a container
     finishes after its children). When that finds nothing, a child with no map
-    of its own is opened for maps at one resolution too. Token grids count as maps.
+    of its own is opened for maps at one resolution too. Token grids count as maps;
+    a module that runs more than once (a shared activation) is no stage.
     """
-    sizes = spatial_sizes(model, input_hw or default_input_hw(model))
+    sizes = spatial_sizes(model, input_hw or default_input_hw(model), once=True)
     order = {name: index for index, name in enumerate(sizes)}
     found = _opened(model, "", sizes, order, MAPS_INSIDE) or _opened(model, "", sizes, order, 1)
     stages: list[str] = []

@@ -9,8 +9,9 @@ import torch
 from torch import nn
 
 
-def probe_shapes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple[int, ...]]:
-    """Output shape of every module in one no-grad forward, in the order modules last finished."""
+def probe_shapes(model: nn.Module, input_hw: tuple[int, int], calls: dict[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+    """Output shape of every module in one no-grad forward, in the order modules last finished; `calls`, when given,
+    counts how often each module ran (a shared activation runs in every stage)."""
     from gradcam_cli.model.state import eval_mode, first_tensor
 
     shapes: dict[str, tuple[int, ...]] = {}
@@ -18,6 +19,8 @@ def probe_shapes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple
     def hook_for(name: str) -> Callable[..., None]:
         def hook(_m: nn.Module, _i: object, out: object) -> None:
             tensor = first_tensor(out)
+            if calls is not None:
+                calls[name] = calls.get(name, 0) + 1
             if tensor is not None:
                 shapes.pop(name, None)  # re-insert: a reused module counts at its last call
                 shapes[name] = tuple(tensor.shape)
@@ -41,20 +44,23 @@ def is_spatial(shape: tuple[int, ...]) -> bool:
     return len(shape) == 4 and min(shape[-2:]) > 1
 
 
-def spatial_sizes(model: nn.Module, input_hw: tuple[int, int]) -> dict[str, tuple[int, int]]:
+def spatial_sizes(model: nn.Module, input_hw: tuple[int, int], *, once: bool = False) -> dict[str, tuple[int, int]]:
     """Each module whose probe output is a map or a token grid (a ViT's, MViT's, Twins'), its grid; in finishing order.
 
     Token sequences count as a run reads them (layout.py), so a transformer's
     stages are found like a CNN's; outputs of more than the probe's one image
-    (windows, inner pixel tokens) are no map of the image.
+    (windows, inner pixel tokens) are no map of the image. With `once`, a module
+    that ran more than once (a shared activation) is left out: where it
+    finished says nothing of where a stage ends.
     """
     from gradcam_cli.errors import LayoutError
     from gradcam_cli.layout import LayoutHints, detect_layout, patch_grid
 
     hints = LayoutHints(getattr(model, "num_prefix_tokens", None), patch_grid=patch_grid(model, input_hw))
     sizes: dict[str, tuple[int, int]] = {}
-    for name, shape in probe_shapes(model, input_hw).items():
-        if not name or shape[0] != 1:
+    calls: dict[str, int] = {}
+    for name, shape in probe_shapes(model, input_hw, calls).items():
+        if not name or shape[0] != 1 or (once and calls.get(name, 0) > 1):
             continue
         if is_spatial(shape):
             sizes[name] = (shape[-2], shape[-1])

@@ -199,17 +199,11 @@ class Extras:
 
 
 def _sanity_stages(loaded: Any, warn: Callable[[str], None]) -> list[str]:
-    """The stages the cascade cuts at: the hub's, as compare sweeps them, where a hub names them; else a probe forward
-    at the run's input size (evaluate/sanity.py), which finds them however deep a wrapper holds the network, and
-    runs the model at the size it takes (⟨input_size⟩), not a default one."""
-    from gradcam_cli.evaluate.sanity import probe_stages
+    """The stages the cascade cuts at, as compare sweeps them: the hub's where it names them, else the probe rule at
+    the run's input size (⟨input_size⟩), which finds them however deep a wrapper holds the network."""
     from gradcam_cli.layers.stages import stage_paths
-    from gradcam_cli.model.hub import SOURCES
 
-    model, arch = loaded.model, loaded.arch
-    if any(hub.stage_layers(model, arch) for hub in dict.fromkeys((loaded.source, *SOURCES))):
-        return stage_paths(model, arch, loaded.source, notice=warn)
-    return probe_stages(model, torch.zeros(1, 3, *loaded.data_config.input_hw))
+    return stage_paths(loaded.model, loaded.arch, loaded.source, notice=warn, input_hw=loaded.data_config.input_hw)
 
 
 def _rows(values: torch.Tensor) -> list[list[float]]:
