@@ -21,6 +21,7 @@ minutes. `ray` is an optional extra, imported only here.
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import socket
 import sys
@@ -170,8 +171,10 @@ def _probe(address: str, dialled: str) -> None:
 class ExplainActor:
     """One Ray actor: the model built once, then each batch of rows explained as a plain run explains its inputs."""
 
-    def __init__(self, settings: ExplainSettings, cwd: str) -> None:
+    def __init__(self, settings: ExplainSettings, cwd: str, stops_as_rows: bool = False) -> None:
         from gradcam_cli.run.pipeline import Explainer
+
+        self.stops_as_rows = stops_as_rows  # the CLI's driver says a stop in one line; Python callers get Ray's error
 
         if not Path(cwd).is_dir():
             raise UsageError(f"the driver's folder {cwd} is not on this node; put inputs and outputs on storage every node mounts there")
@@ -187,8 +190,18 @@ class ExplainActor:
         errors = batch.get("error", [""] * len(paths))
         sources = [Source(path, PurePath(str(relative)), str(error) or None) for path, relative, error in zip(paths, relatives, errors)]
         records: list[ImageRecord] = []
-        self.explainer.run(sources, records.append)
-        return {"input": [record.input for record in records], "record": [record.to_json() for record in records]}
+        stop = ""
+        try:
+            self.explainer.run(sources, records.append)
+        except GradcamError as error:  # another run's output in the way, a full disk: the whole run stops
+            if not self.stops_as_rows:
+                raise
+            stop = json.dumps({"message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)})
+        rows = {"input": [record.input for record in records], "record": [record.to_json() for record in records]}
+        if self.stops_as_rows:  # every batch has the column; the records done before the stop come first
+            rows = {"input": [*rows["input"], *([""] if stop else [])], "record": [*rows["record"], *([""] if stop else [])]}
+            rows["stop"] = [""] * len(records) + ([stop] if stop else [])
+        return rows
 
 
 def _say_once(message: str, said: set[str]) -> None:
@@ -203,17 +216,26 @@ def rows(sources: Iterable[Source]) -> list[dict[str, str]]:
     return [{"path": str(s.path), "relative": s.relative.as_posix(), "error": s.error or ""} for s in sources]
 
 
-def explain_rows(dataset: ray.data.Dataset, settings: ExplainSettings, *, actors: int | None = None) -> ray.data.Dataset:
-    """The dataset of paths (column path; relative and error optional) mapped to records (input, record: its JSON), lazily."""
+def explain_rows(
+    dataset: ray.data.Dataset, settings: ExplainSettings, *, actors: int | None = None, stops_as_rows: bool = False
+) -> ray.data.Dataset:
+    """The dataset of paths (column path; relative and error optional) mapped to records (input, record: its JSON), lazily.
+
+    With `stops_as_rows`, an actor that stops on a GradcamError ends its rows with one whose `stop` holds it as JSON
+    (Ray's own error would carry only its text, wrapped in Ray's).
+    """
     ray = import_ray()
-    resources = ray.cluster_resources()
-    gpus = int(resources.get("GPU", 0)) if not settings.run.device.startswith(("cpu", "mps")) else 0
-    size = actors or max(1, gpus or int(resources.get("CPU", 1)))
+    gpus = _gpus(settings)
+    size = actors or _pool_size(settings)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="`ray_remote_args` is deprecated")  # max_restarts has no named form yet
         return dataset.map_batches(
             ExplainActor,
-            fn_constructor_kwargs={"settings": replace(settings, run=replace(settings.run, ray=None)), "cwd": os.getcwd()},
+            fn_constructor_kwargs={
+                "settings": replace(settings, run=replace(settings.run, ray=None)),
+                "cwd": os.getcwd(),
+                "stops_as_rows": stops_as_rows,
+            },
             batch_size=settings.run.batch_size * BATCHES_PER_ACTOR_CALL,
             batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=size),
@@ -221,6 +243,20 @@ def explain_rows(dataset: ray.data.Dataset, settings: ExplainSettings, *, actors
             num_cpus=None if gpus else 1,
             **_no_restarts(dataset.map_batches),
         )
+
+
+def _gpus(settings: ExplainSettings) -> int:
+    """The cluster's GPUs the actors may hold (none when the run asks for the CPU)."""
+    import ray
+
+    return 0 if settings.run.device.startswith(("cpu", "mps")) else int(ray.cluster_resources().get("GPU", 0))
+
+
+def _pool_size(settings: ExplainSettings) -> int:
+    """An actor per GPU, else per CPU."""
+    import ray
+
+    return max(1, _gpus(settings) or int(ray.cluster_resources().get("CPU", 1)))
 
 
 def _no_restarts(map_batches: Callable[..., Any]) -> dict[str, Any]:
@@ -234,6 +270,14 @@ def _no_restarts(map_batches: Callable[..., Any]) -> dict[str, Any]:
     parameters = inspect.signature(map_batches).parameters.values()
     takes = any(p.name == "max_restarts" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
     return {"max_restarts": 0} if takes else {}
+
+
+class StoppedOnActor(GradcamError):
+    """The GradcamError an actor stopped on, said by the driver as one process says it (message, hint, exit code)."""
+
+    def __init__(self, message: str, hint: str | None, exit_code: int) -> None:
+        super().__init__(message, hint=hint)
+        self.exit_code = ExitCode(exit_code)
 
 
 class ActorLost(GradcamError):
@@ -283,8 +327,11 @@ class RayRunner:
         # the rest still streams
         dataset.context.execution_options.preserve_order = True
         try:
-            for row in explain_rows(dataset, self.settings).iter_rows():
+            pool = -(-len(found) // (self.settings.run.batch_size * BATCHES_PER_ACTOR_CALL))  # no more actors than calls
+            for row in explain_rows(dataset, self.settings, actors=min(pool, _pool_size(self.settings)), stops_as_rows=True).iter_rows():
                 self.explainer.checkpoint()  # Ctrl-C stops the driver at the next record, the actors with it
+                if row["stop"]:
+                    raise StoppedOnActor(**json.loads(str(row["stop"])))
                 record = ImageRecord.from_json(str(row["record"]))
                 summary.count(record)
                 emit(record)
@@ -293,25 +340,6 @@ class RayRunner:
                 f"a Ray actor was lost ({_first_line(error)}); {summary.total} of {len(found)} inputs have their records; "
                 "rerun with ⟨skip_existing⟩ to do the rest"
             ) from None
-        except Exception as error:
-            said = _users_error(error)
-            if said is None:
-                raise
-            raise said from None
-
-
-def _users_error(error: BaseException) -> GradcamError | None:
-    """The GradcamError an actor stopped on (an output another run made, a full disk), out of Ray's wrappings
-    (RayTaskError, Ray Data's UserCodeException): the driver says it in one line, as one process would."""
-    seen: set[int] = set()
-    found: BaseException | None = error
-    while found is not None and id(found) not in seen:
-        seen.add(id(found))
-        if isinstance(found, GradcamError) and not type(found).__module__.startswith("ray"):
-            return found
-        cause = getattr(found, "cause", None)
-        found = cause if isinstance(cause, BaseException) else (found.__cause__ or found.__context__)
-    return None
 
 
 def explain_dataset(dataset: ray.data.Dataset, model: str, *, actors: int | None = None, **options: Any) -> ray.data.Dataset:
