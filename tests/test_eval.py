@@ -513,3 +513,17 @@ def test_the_table_fits_an_80_column_terminal(evaluated) -> None:
     assert tables >= 2 and sum(line.startswith("│ random (baseline)") for line in lines) == tables, table
     whole = eval_table(summary)  # piped or in a file: no width to fit, one table with every column
     assert sum(line.startswith("┏") for line in whole.splitlines()) == 1 and all(interval in whole for interval in intervals)
+
+
+def test_eval_never_writes_over_what_explain_made(run_cli, tmp_path: Path) -> None:
+    """eval --report into explain's folder: explain's overlay stays (its records point at it); one line says why."""
+    photo = write_image(tmp_path / "cat.png", 64, 48)
+    explained = run_cli("explain", photo, *MODEL, "-o", tmp_path / "out", "--json")
+    assert explained.code == 0, explained.stderr
+    (overlay,) = (tmp_path / "out").rglob("*.gradcam.png")
+    before = overlay.read_bytes()
+    result = run_cli("eval", photo, *MODEL, "--methods", "gradcam", "--metrics", "deletion", "--steps", "2", "--report", "-o", tmp_path / "out")
+    assert result.code == 1, result.stderr
+    said = [line for line in result.stderr.splitlines() if "was made by a `gradcam explain` run" in line]
+    assert len(said) == 1 and "--output-dir" in said[0] and "Traceback" not in result.stderr, result.stderr
+    assert overlay.read_bytes() == before

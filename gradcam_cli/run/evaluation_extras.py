@@ -192,10 +192,22 @@ class Extras:
         outputs = self.evaluator.settings.outputs
         namer = self.namers.setdefault(name, OutputNamer(outputs.output_dir, name))
         path = namer.paths(OutputNamer.base_for(item.source.relative), None, raw=False)[0]
+        _refuse_explains_picture(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         shown = self.evaluator.photo_map(item, cam)
         write_atomic(path, encode_png(draw(item.photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha)))
         return str(path)
+
+
+def _refuse_explains_picture(path: Path) -> None:
+    """An evaluation's overlay never replaces one `gradcam explain` made (its picture carries explain's stamp): the
+    explain run's records would then point at an evaluation's picture."""
+    from gradcam_cli.errors import OutputError
+    from gradcam_cli.inputs.sources import shown
+    from gradcam_cli.outputs.provenance import made_by_stamp
+
+    if made_by_stamp(path) is not None:
+        raise OutputError(f"{shown(str(path))} was made by a `gradcam explain` run; give the evaluation its own ⟨output_dir⟩")
 
 
 def _sanity_stages(loaded: Any, warn: Callable[[str], None]) -> list[str]:
