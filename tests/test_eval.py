@@ -522,7 +522,8 @@ def test_eval_never_writes_over_what_explain_made(run_cli, tmp_path: Path) -> No
     assert explained.code == 0, explained.stderr
     (overlay,) = (tmp_path / "out").rglob("*.gradcam.png")
     before = overlay.read_bytes()
-    result = run_cli("eval", photo, *MODEL, "--methods", "gradcam", "--metrics", "deletion", "--steps", "2", "--report", "-o", tmp_path / "out")
+    quick = ("--methods", "gradcam", "--metrics", "deletion", "--steps", "2")
+    result = run_cli("eval", photo, *MODEL, *quick, "--report", "-o", tmp_path / "out")
     assert result.code == 1, result.stderr
     said = [line for line in result.stderr.splitlines() if "was made by a `gradcam explain` run" in line]
     assert len(said) == 1 and "--output-dir" in said[0] and "Traceback" not in result.stderr, result.stderr
