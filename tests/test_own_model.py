@@ -105,6 +105,10 @@ def test_your_network_explains_with_the_probe_layer_and_says_its_preprocessing(r
     assert not record["blank"]
     assert result.stderr.count("comes with no preprocessing: assuming ImageNet's") == 1
     assert "--input-size, --mean, --std, --interpolation and --crop-pct" in result.stderr
+    assert record["settings"]["pretrained"] is None, "your code's weights: not ours to call pretrained or random"
+    assert json.loads((code / "out" / "runs.jsonl").read_text().splitlines()[0])["pretrained"] is None
+    again = run_cli("explain", "photo.png", "--model", "net.py:build", "--no-pretrained", "--json", "-o", "again")
+    assert again.code == 0 and "random (seeded) weights" not in again.stderr, again.stderr
 
 
 def test_kwargs_reach_the_factory_and_the_preprocessing_is_yours(run_cli, code: Path) -> None:
