@@ -19,7 +19,7 @@ import numpy as np
 
 from gradcam_cli.cams.engine import compute_cams, model_lock
 from gradcam_cli.cams.methods import get_method
-from gradcam_cli.errors import GradcamError, InputError, LayerError, UsageError, spelled
+from gradcam_cli.errors import GradcamError, InputError, LayerError, Notice, UsageError
 from gradcam_cli.geometry import Geometry, plan_geometry, to_input_array
 from gradcam_cli.layers.defaults import default_layer_paths
 from gradcam_cli.maps import CamOptions, member_of
@@ -105,7 +105,7 @@ def load_model(
         output=None if output is None else str(output),
     )
     for notice in loaded.notices:
-        warnings.warn(spelled(notice), stacklevel=2)
+        warnings.warn(Notice(notice), stacklevel=2)  # spelled as this API's arguments, and as a command's flags there
     channels_last = place_model(loaded.model, placed_on)
     built = {f.name: getattr(loaded, f.name) for f in fields(LoadedModel)}
     return ReadyModel(
@@ -167,7 +167,7 @@ def _prepare(ready: ReadyModel, settings: ExplainSettings, layers: LayerSpec | S
     paths = tuple(_layer_paths(ready.model, layers))
     settings = replace(settings, target=replace(settings.target, layers=paths))
     return prepare_run(
-        settings, loaded=ready, device=ready.device, notices=False, warn=lambda message: warnings.warn(spelled(message), stacklevel=4)
+        settings, loaded=ready, device=ready.device, notices=False, warn=lambda message: warnings.warn(Notice(message), stacklevel=4)
     )
 
 

@@ -525,7 +525,8 @@ def test_stages_of_a_domainbed_network_and_its_warnings_as_lines(run_cli, code: 
     assert record["rows"] == stages and record["resolutions"] == [[32, 32], [16, 16], [8, 8], [4, 4], [2, 2]]
     lines = result.stderr.splitlines()
     assert all(line.startswith("gradcam: ") for line in lines), result.stderr  # no `net.py:14: UserWarning` and source line
-    assert lines.count("gradcam: the featurizer warns on every forward") == 1  # one line, said once
+    said = [line for line in lines if "the featurizer warns on every forward" in line]
+    assert said == ["gradcam: UserWarning: the featurizer warns on every forward"]  # one line, said once, as every command says it
     assert sum("comes with no preprocessing" in line for line in lines) == 1  # the model's notice once, in flags
     assert "--input-size, --mean" in result.stderr
 

@@ -12,7 +12,6 @@ Its messages name compare's own flags (`--methods`, `--layers`).
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,6 @@ from gradcam_cli.errors import (
     Interrupted,
     OutputError,
     keep_marks,
-    spell_as_argument,
     spelled,
     warnings_said,
 )
@@ -117,7 +115,7 @@ class Comparison:
     def __init__(self, settings: ExplainSettings, streams: Streams, as_json: bool, quiet: bool) -> None:
         self.settings, self.streams, self.as_json, self.quiet = settings, streams, as_json, quiet
         self.reporter = GridReporter(streams, as_json, None)
-        self.said: set[str] = set()  # every remark said, in compare's flags and as the Python API spells it
+        self.said: set[str] = set()  # every remark said, in compare's flags
         self.records: list[CompareRecord] = []
         self.total = 0
         self.folders: set[Path] = set()
@@ -126,7 +124,7 @@ class Comparison:
         """A remark on stderr, one line, each said once, its option marks spelled as compare's flags."""
         text = " ".join(spelled(message, compare_flag).split())
         if text not in self.said:
-            self.said.update((text, " ".join(spelled(message, spell_as_argument).split())))
+            self.said.add(text)
             self.reporter.warn(text)
 
     def run(self, inputs: list[str], columns: list[str], paths: list[str] | None) -> int:
@@ -194,16 +192,10 @@ class Comparison:
         from gradcam_cli.layers.stages import stage_paths
 
         model = self.settings.model
-        with warnings.catch_warnings(record=True) as caught:  # load_model() warns its notices: said below in flags
-            warnings.simplefilter("always")
-            ready = api.load_model(
-                model.name, model.weights, model.labels, pretrained=model.pretrained, device=self.settings.run.device,
-                model_kwargs=dict(model.kwargs), ema=model.ema, output=model.output, **model.preprocessing(),
-            )  # fmt: skip
-        for notice in ready.notices:
-            self.warn(notice)
-        for warning in caught:  # the model's own code may warn too
-            self.warn(str(warning.message))
+        ready = api.load_model(  # its notices are Notice warnings: run() says them in compare's flags
+            model.name, model.weights, model.labels, pretrained=model.pretrained, device=self.settings.run.device,
+            model_kwargs=dict(model.kwargs), ema=model.ema, output=model.output, **model.preprocessing(),
+        )  # fmt: skip
         if paths is None:
             return ready, stage_paths(ready.model, ready.arch, ready.source, notice=self.warn, input_hw=ready.data_config.input_hw)
         return ready, list(dict.fromkeys(resolve_layer(ready.model, path, ready.name).name for path in paths))
