@@ -118,7 +118,7 @@ class Comparison:
         self.said: set[str] = set()  # every remark said, in compare's flags
         self.records: list[CompareRecord] = []
         self.total = 0
-        self.folders: set[Path] = set()
+        self.folders: Any = None  # outputs/files.Folders of the run (imported with the engine, not with --help)
 
     def warn(self, message: str) -> None:
         """A remark on stderr, one line, each said once, its option marks spelled as compare's flags."""
@@ -158,10 +158,12 @@ class Comparison:
         return f"interrupted by {name}; every file written is complete; {done} of {self.total} images compared, their grids kept"
 
     def _compare_all(self, stops: StopRequests, sources: list[Any], columns: list[str], paths: list[str] | None) -> None:
+        from gradcam_cli.outputs.files import Folders
         from gradcam_cli.outputs.naming import OutputNamer, ensure_writable
 
         output_dir = self.settings.outputs.output_dir
         ensure_writable(output_dir)
+        self.folders = Folders()
         ready, rows = self._load(paths)
         self._prepare(ready, rows, columns)
         resolutions = self._resolutions(ready, rows)
@@ -308,14 +310,11 @@ class Comparison:
         )  # fmt: skip
 
     def _write(self, output: Path, picture: Any) -> None:
-        from gradcam_cli.outputs.files import remove_stale_temps, write_atomic
+        from gradcam_cli.outputs.files import write_atomic
         from gradcam_cli.outputs.render import encode_png
 
         try:
-            if output.parent not in self.folders:  # the first grid in a folder: a killed run's temporary files cleared
-                output.parent.mkdir(parents=True, exist_ok=True)
-                remove_stale_temps(output.parent)
-                self.folders.add(output.parent)
+            self.folders.prepare(output.parent)  # the first grid in a folder: a killed run's temporary files cleared
             write_atomic(output, encode_png(picture))
         except OSError as error:
             raise OutputError(f"cannot write {output}: {error.strerror or error}; choose another ⟨output_dir⟩") from None

@@ -14,6 +14,7 @@ import os
 import re
 import secrets
 import struct
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -102,6 +103,23 @@ def remove_stale_temps(folder: Path) -> int:
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PNG_END = b"\x00\x00\x00\x00IEND\xaeB`\x82"  # the empty IEND chunk every PNG ends with
+
+
+class Folders:
+    """The folders one run writes into: each created, and cleared of a killed run's temporary files, the first time
+    (from any of the writing threads)."""
+
+    def __init__(self) -> None:
+        self._ready: set[Path] = set()
+        self._lock = threading.Lock()
+
+    def prepare(self, folder: Path) -> None:
+        with self._lock:
+            if folder in self._ready:
+                return
+            folder.mkdir(parents=True, exist_ok=True)
+            remove_stale_temps(folder)
+            self._ready.add(folder)
 
 
 def is_complete(path: Path) -> bool:

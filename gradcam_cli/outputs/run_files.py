@@ -176,7 +176,7 @@ class EarlierRecords:
             for record in _records(path):
                 making = self.making_of(record)
                 making = kinds.setdefault(json.dumps(making, sort_keys=True), making)
-                for written in _written(record):
+                for written in pictures_written(record):
                     for folder in folders:  # an absolute path is itself from every folder
                         key = self._below(os.path.normpath(os.path.join(folder, written)))
                         if key is not None:
@@ -219,14 +219,17 @@ def _json_lines(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _records(path: Path) -> Iterator[dict[str, Any]]:
-    """The records of images whose files were written: a failed or skipped image's made nothing."""
+    """The records of images whose files were written."""
     for record in _json_lines(path):
-        if record.get("ok") is True and not record.get("skipped") and isinstance(record.get("input"), str):
+        if isinstance(record.get("input"), str) and pictures_written(record):
             yield record
 
 
-def _written(record: dict[str, Any]) -> list[str]:
-    """The pictures a record says its run wrote (a line that is not ours may hold anything: only lists of strings count)."""
+def pictures_written(record: dict[str, Any]) -> list[str]:
+    """The pictures a record says its run wrote, as it names them: none for a failed or skipped image (a line that
+    is not ours may hold anything: only lists of strings count)."""
+    if record.get("ok") is not True or record.get("skipped"):
+        return []
     outputs, targets = record.get("outputs"), record.get("targets")
     paths = [p for p in outputs if isinstance(p, str)] if isinstance(outputs, list) else []
     for target in targets if isinstance(targets, list) else []:

@@ -9,7 +9,6 @@ written over.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
@@ -17,7 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gradcam_cli.errors import InputError
-from gradcam_cli.outputs.files import remove_stale_temps, with_text, write_atomic
+from gradcam_cli.outputs.files import Folders, with_text, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.provenance import STAMP_KEY, Provenance, making
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord
@@ -135,17 +134,7 @@ class ResultWriter:
         self.save_raw, self.save_guided = save_raw, save_guided
         self.raw_norm = raw_norm  # maps hold raw values (--norm none): scale them for display
         self.kind = kind  # how the logits read as probabilities (softmax, sigmoid, none)
-        self._folders_ready: set[Path] = set()
-        self._folders_lock = threading.Lock()
-
-    def _prepare_folder(self, folder: Path) -> None:
-        """The first time this run writes into a folder: create it and clear a killed run's temporary files."""
-        with self._folders_lock:
-            if folder in self._folders_ready:
-                return
-            folder.mkdir(parents=True, exist_ok=True)
-            remove_stale_temps(folder)
-            self._folders_ready.add(folder)
+        self.folders = Folders()  # each made and cleared of a killed run's temporary files once
 
     def finish(self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, base: PurePath) -> ImageRecord:
         """Write this image's files for every explained class and build its record."""
@@ -181,7 +170,7 @@ class ResultWriter:
         for picture in (overlay_path, guided_path):
             if picture is not None:
                 self.provenance.claim(picture)  # another run's picture is not written over (without ⟨replace⟩)
-        self._prepare_folder(overlay_path.parent)
+        self.folders.prepare(overlay_path.parent)
         record = target_record(
             cams,
             row,

@@ -17,7 +17,7 @@ from typing import Any
 from gradcam_cli.errors import UsageError
 from gradcam_cli.report.check import is_record, parse, run_entry
 from gradcam_cli.inputs.sources import shown
-from gradcam_cli.outputs.run_files import RECORDS_FILE, RUNS_FILES
+from gradcam_cli.outputs.run_files import RECORDS_FILE, RUNS_FILES, pictures_written
 
 Warn = Callable[[str], None]
 
@@ -146,10 +146,4 @@ def _oldest_first(files: list[Path]) -> list[Path]:
 def last_writers(records: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each picture path as records name it → the last record that wrote it (a skipped or failed record wrote
     nothing): for a picture without a stamp, the one record whose map it can show (outputs/provenance.py)."""
-    writers: dict[str, dict[str, Any]] = {}
-    for record in records:
-        if record.get("ok") and not record.get("skipped"):
-            for path in record.get("outputs") or []:
-                if isinstance(path, str):
-                    writers[path] = record
-    return writers
+    return {path: record for record in records for path in pictures_written(record)}
