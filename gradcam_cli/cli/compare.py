@@ -18,6 +18,7 @@ from typing import Any
 
 import typer
 
+from gradcam_cli.cli.console import NO_INPUT_GIVEN
 from gradcam_cli.cli.compare_run import CompareRecord, Comparison, in_compare_flags
 from gradcam_cli.cli.explain import command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods
@@ -45,7 +46,7 @@ def compare(ctx: typer.Context, methods: str, layers: str, **given: Any) -> int:
         inputs, json_lines, quiet = (given.pop(name) for name in CLI_ONLY)
         columns = parse_methods(methods)
         if not inputs:
-            raise UsageError("no input given; name images, folders, globs or - for paths on stdin")
+            raise UsageError(NO_INPUT_GIVEN)
         settings = build_settings(given)
         if len(settings.target.classes) > 1:
             raise UsageError("a comparison explains one class: give ⟨classes⟩ once (or not at all, for the top class)")

@@ -55,6 +55,7 @@ def _is_terminal(stream: TextIO, told: bool | None) -> bool:
     return bool(getattr(stream, "isatty", lambda: False)()) if told is None else told
 
 
+NO_INPUT_GIVEN = "no input given; name images, folders, globs or - for paths on stdin"
 NO_IMAGE_FOUND = "no image found in the inputs (folders are scanned for image files; add -r to recurse)"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from gradcam_cli.cli.console import NO_IMAGE_FOUND, ProgressLine, Streams, names_input, progress_line, write_line
+from gradcam_cli.cli.console import NO_IMAGE_FOUND, NO_INPUT_GIVEN, ProgressLine, Streams, names_input, progress_line, write_line
 from gradcam_cli.cli.explain import build_report_for, command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
 from gradcam_cli.cli.signals import StopRequests
@@ -50,7 +50,7 @@ def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, 
     if steps < 1:
         raise UsageError(f"--steps {steps}: give 1 or more points per curve (20 is the usual)")
     if not inputs:
-        raise UsageError("no input given; name images, folders, globs or - for paths on stdin")
+        raise UsageError(NO_INPUT_GIVEN)
     settings = build_settings(given)
     if len(settings.target.classes) > 1:
         raise UsageError("an evaluation explains one class per image: give ⟨classes⟩ once (or not at all, for the top class)")

@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, progress_line
+from gradcam_cli.cli.console import NO_IMAGE_FOUND, NO_INPUT_GIVEN, Reporter, Streams, progress_line
 from gradcam_cli.cli.named_inputs import Scan, check_files, input_sources, scan_named, stdin_ahead
 from gradcam_cli.cli.options import parameter
 from gradcam_cli.cli.signals import HANDLED, StopRequests
@@ -31,7 +31,7 @@ def explain(ctx: typer.Context, **given: Any) -> int:
     inputs, json_lines, config, quiet = (given.pop(name) for name in CLI_ONLY)
     values = _merge_preset(ctx, given, Path(config) if config else None)
     if not inputs:
-        raise UsageError("no input given; name images, folders, globs or - for paths on stdin")
+        raise UsageError(NO_INPUT_GIVEN)
     import os
 
     from gradcam_cli.inputs.shards import with_launcher
