@@ -23,6 +23,12 @@ if TYPE_CHECKING:  # torch loads when a helper runs, not when pytest imports thi
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+# the shipped example model (trained on the shapes scenes) as the command line names it
+EXAMPLE_MODEL = (
+    "-m", "test_resnet",
+    "--weights", str(EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors"),
+    "--labels", str(EXAMPLES / "shapes_model" / "labels.txt"),
+)  # fmt: skip
 
 
 def pytest_configure(config: pytest.Config) -> None:

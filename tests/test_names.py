@@ -10,17 +10,9 @@ from pathlib import Path, PurePath
 
 import pytest
 
-from conftest import EXAMPLES, write_image
+from conftest import EXAMPLE_MODEL, write_image
 
-SHAPES = (
-    "-m",
-    "test_resnet",
-    "--weights",
-    str(EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors"),
-    "--labels",
-    str(EXAMPLES / "shapes_model" / "labels.txt"),
-    "--json",
-)
+SHAPES = (*EXAMPLE_MODEL, "--json")
 OTHER = ("-m", "resnet18", "--no-pretrained", "--json")  # another model into the same folder
 
 pytestmark = pytest.mark.usefixtures("one_thread")

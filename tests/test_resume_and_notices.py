@@ -11,17 +11,9 @@ from pathlib import Path, PurePath
 import numpy as np
 import pytest
 
-from conftest import EXAMPLES, pictures_in, write_image
+from conftest import EXAMPLE_MODEL, pictures_in, write_image
 
-SHAPES = (
-    "-m",
-    "test_resnet",
-    "--weights",
-    str(EXAMPLES / "shapes_model" / "shapes_test_resnet.safetensors"),
-    "--labels",
-    str(EXAMPLES / "shapes_model" / "labels.txt"),
-    "--json",
-)
+SHAPES = (*EXAMPLE_MODEL, "--json")
 TINY = ("-m", "test_resnet", "--no-pretrained", "--json")
 
 
