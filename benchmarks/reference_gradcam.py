@@ -6,6 +6,10 @@ the overlay with `cv2.imwrite`. The overlay is made at the photo's own size,
 as ours is, so both programs write the same pictures.
 
     python benchmarks/reference_gradcam.py FOLDER OUT --model resnet50
+    python benchmarks/reference_gradcam.py FOLDER OUT --model resnet50 --weights FILE.safetensors
+
+With --weights the model is built as timm builds it and the checkpoint loaded over it
+(`load_state_dict`), the way a fine-tuned model is used with pytorch-grad-cam.
 """
 
 from __future__ import annotations
@@ -29,9 +33,13 @@ def vit_reshape(tokens: torch.Tensor, height: int = 14, width: int = 14) -> torc
     return result.transpose(2, 3).transpose(1, 2)
 
 
-def build(name: str) -> tuple[torch.nn.Module, list[torch.nn.Module], object]:
+def build(name: str, weights: Path | None = None) -> tuple[torch.nn.Module, list[torch.nn.Module], object]:
     torch.manual_seed(0)
     model = timm.create_model(name, pretrained=False).eval()
+    if weights is not None:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(weights)))
     if name.startswith("vit"):
         return model, [model.blocks[-1].norm1], vit_reshape
     return model, [model.layer4[-1]], None
@@ -43,8 +51,9 @@ def main() -> None:
     parser.add_argument("out", type=Path)
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--weights", type=Path)
     args = parser.parse_args()
-    model, target_layers, reshape = build(args.model)
+    model, target_layers, reshape = build(args.model, args.weights)
     model = model.to(args.device)  # BaseCAM moves each input to the model's device
     args.out.mkdir(parents=True, exist_ok=True)
     with GradCAM(model=model, target_layers=target_layers, reshape_transform=reshape) as cam:

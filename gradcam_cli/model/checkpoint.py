@@ -251,7 +251,8 @@ def checkpoint_num_classes(model: nn.Module, state: dict[str, torch.Tensor], pat
 
 
 def load_checkpoint(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
-    """Strict load; a mismatch names a few missing and unexpected keys."""
+    """Strict load; a mismatch names a few missing and unexpected keys. Strict also means every parameter gets the
+    checkpoint's values, which a model built unfilled (model/unfilled.py) relies on."""
     own = model.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]

@@ -47,6 +47,7 @@ class CodeHub:
     """Models built by the user's own Python code."""
 
     name = "code"
+    builds_unfilled = False  # the user's builder may read its parameters while building; it runs as written
 
     def arch_of(self, name: str) -> str | None:
         """The whole name when it reads `file.py:attr` or `module:attr`; else another hub's."""

@@ -47,6 +47,7 @@ class HuggingFaceHub:
     """transformers' image classifiers, named with the 'hf:' prefix."""
 
     name = "transformers"
+    builds_unfilled = False  # transformers builds without initialising in its own from_pretrained
 
     def arch_of(self, name: str) -> str | None:
         """'hf:org/name' or 'hf:/a/dir' → what follows the prefix; other names are another hub's."""

@@ -31,6 +31,7 @@ class ModelSource(Protocol):
     """
 
     name: str  # short and stable: "timm", "torchvision"
+    builds_unfilled: bool  # its models may be built with their parameters unfilled when weights follow (model/unfilled.py)
 
     def arch_of(self, name: str) -> str | None:
         """The architecture this hub reads in a model name as the user gave it, or None: not this hub's."""

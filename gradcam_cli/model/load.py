@@ -21,6 +21,8 @@ from gradcam_cli.model.downloads import build_error, hub_offline, library_noise_
 from gradcam_cli.model.hub import ModelSource, source_for
 from gradcam_cli.model.labels import read_labels
 from gradcam_cli.model.outputs import probed_output, scores_view
+from gradcam_cli.model.unfilled import built_unfilled
+from gradcam_cli.timings import stamp
 
 import torch
 from torch import nn
@@ -72,9 +74,17 @@ def _seed_random_init() -> None:
 
 
 def build_model(
-    name: str, pretrained: bool = True, num_classes: int | None = None, kwargs: Mapping[str, Any] | None = None
+    name: str,
+    pretrained: bool = True,
+    num_classes: int | None = None,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    weights_follow: bool = False,
 ) -> tuple[nn.Module, ModelSource, str]:
-    """The bare module, the hub that built it and the architecture name; kwargs go to the hub's builder."""
+    """The bare module, the hub that built it and the architecture name; kwargs go to the hub's builder.
+
+    `weights_follow`: the caller loads every parameter next (strictly), so none need filling (model/unfilled.py).
+    """
     label = name.strip()
     source, arch = source_for(label)
     if not arch:
@@ -88,11 +98,26 @@ def build_model(
     quiet = library_noise_off() if downloads else contextlib.nullcontext()
     with contextlib.redirect_stdout(sys.stderr), quiet, hub_offline(unreachable is not None):
         try:
-            return source.build(arch, pretrained, num_classes, kwargs), source, arch
+            return _built(source, arch, pretrained, num_classes, kwargs, weights_follow), source, arch
         except GradcamError:
             raise
         except Exception as error:  # noqa: BLE001 - the libraries fail in many ways; the user gets one line
             raise build_error(label, downloads, error, unreachable) from error  # the cause stays for --debug
+
+
+def _built(
+    source: ModelSource, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None, weights_follow: bool
+) -> nn.Module:
+    """The hub's build, its parameters left unfilled where weights reach every one of them (pretrained or following)."""
+
+    def build() -> nn.Module:
+        return source.build(arch, pretrained, num_classes, kwargs)
+
+    if source.builds_unfilled and (pretrained or weights_follow):
+        model = built_unfilled(build, loads_weights=pretrained)
+        if model is not None:
+            return model
+    return build()
 
 
 def load_model(
@@ -116,15 +141,17 @@ def load_model(
     label_names = read_labels(labels) if labels is not None else None
     notices: list[str] = []
     state = read_state_dict(weights, ema=ema, notice=notices.append) if weights is not None else None
-    model, source, arch = build_model(name, pretrained=pretrained and state is None, kwargs=kwargs)
+    model, source, arch = build_model(name, pretrained=pretrained and state is None, kwargs=kwargs, weights_follow=state is not None)
+    stamp("build")
     if state is not None:
         assert weights is not None
         state, fitted = fit_prefix(model, state, weights)
         notices += [fitted] if fitted else []
         wanted = checkpoint_num_classes(model, state, weights)
         if wanted is not None and wanted != num_outputs(model):
-            model, source, arch = build_model(name, pretrained=False, num_classes=wanted, kwargs=kwargs)
+            model, source, arch = build_model(name, pretrained=False, num_classes=wanted, kwargs=kwargs, weights_follow=True)
         load_checkpoint(model, state, weights)
+        stamp("weights")
     model.eval()
     outputs = num_outputs(model)
     if label_names is not None and outputs is not None and len(label_names) != outputs:

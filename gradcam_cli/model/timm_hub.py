@@ -15,6 +15,7 @@ from gradcam_cli.errors import UsageError, notify
 from gradcam_cli.model.blocks import every_kth
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.model.downloads import hf_endpoint
+from gradcam_cli.model.libraries import import_timm
 from gradcam_cli.model.messages import closest, short
 
 from torch import nn
@@ -26,6 +27,7 @@ class TimmHub:
     """The fallback hub: it is last in the registry and reads any name as a timm name."""
 
     name = "timm"
+    builds_unfilled = True
 
     def arch_of(self, name: str) -> str | None:
         """timm names stay whole; a name timm does not know fails in build with its closest matches."""
@@ -37,8 +39,7 @@ class TimmHub:
 
     def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
         """timm.create_model (with the user's ⟨model_kwargs⟩), after a check that names close matches for a typo."""
-        import timm
-
+        timm = import_timm()
         if not arch.startswith(HF_HUB_PREFIX) and not timm.is_model(arch):
             known = timm.list_models()
             raise UsageError(
@@ -57,6 +58,7 @@ class TimmHub:
         """('hf', hub endpoint) or ('url', download URL), as timm itself would choose; None: nothing to fetch."""
         if arch.startswith(HF_HUB_PREFIX):
             return "hf", hf_endpoint()
+        import_timm()
         from timm.models import get_pretrained_cfg
 
         try:

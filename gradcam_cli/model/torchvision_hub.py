@@ -15,6 +15,7 @@ from gradcam_cli.errors import UsageError
 from gradcam_cli.model.blocks import every_kth
 from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, DataConfig, default_input_hw
 from gradcam_cli.model.messages import closest
+from gradcam_cli.model.libraries import import_torchvision
 
 from torch import nn
 
@@ -57,6 +58,7 @@ class TorchvisionHub:
     """The models of torchvision.models, named with the 'torchvision:' prefix."""
 
     name = "torchvision"
+    builds_unfilled = True
 
     def arch_of(self, name: str) -> str | None:
         """'torchvision:resnet50' → 'resnet50'; names without the prefix are another hub's."""
@@ -68,8 +70,7 @@ class TorchvisionHub:
 
     def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
         """torchvision.models.get_model with the DEFAULT weights, after a check that names close matches."""
-        import torchvision
-
+        torchvision = import_torchvision()
         names = list(torchvision.models.list_models(module=torchvision.models))
         if arch not in names:
             raise UsageError(
@@ -148,10 +149,8 @@ class TorchvisionHub:
 
 def _weights(arch: str) -> Any:
     """The architecture's DEFAULT weights enum member, or None when it has none."""
-    from torchvision.models import get_model_weights
-
     try:
-        return get_model_weights(arch).DEFAULT
+        return import_torchvision().models.get_model_weights(arch).DEFAULT
     except (ValueError, AttributeError, KeyError):
         return None
 

@@ -26,6 +26,7 @@ from gradcam_cli.outputs.render import encode_npy, encode_png, guided_photo, pho
 from gradcam_cli.vocab import Colormap, Style, TargetKind
 from gradcam_cli.geometry import Geometry
 from gradcam_cli.maps import probabilities as class_probabilities
+from gradcam_cli.timings import stamp
 
 import torch
 
@@ -203,6 +204,7 @@ class ResultWriter:
         scale = display_scale(cam, self.raw_norm) if caption else None  # the caption band's colour scale
         drawn = draw(image, shown, style=self.style, colormap=self.colormap, alpha=self.alpha, caption=caption, scale=scale)
         write_atomic(overlay_path, self._stamped(encode_png(drawn)))
+        stamp("written")
 
     def _write_guided(self, geometry: Geometry, image: torch.Tensor, path: Path) -> None:
         """The guided Grad-CAM image in colour, at the photo's size."""

@@ -38,6 +38,7 @@ from gradcam_cli.run.workers import OrderedResults, default_workers, done, order
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.vocab import Norm
+from gradcam_cli.timings import stamp
 
 OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
@@ -57,6 +58,7 @@ class Explainer:
         self.checkpoint = checkpoint  # raises when the run is asked to stop (Ctrl-C); called between images
         with model_prints_to_stderr():  # loading runs the user's code, and a forward to probe it
             self.prepared: PreparedRun = prepare_run(settings, warn=self.warn, progress=progress, checkpoint=checkpoint)
+        stamp("ready")
         self.namer = _namer(self.prepared)
         names = self.prepared.loaded.class_names
         self.truth = load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn)
@@ -91,7 +93,9 @@ class Explainer:
 
     def compute(self, x: torch.Tensor) -> CamBatch:
         """The maps of a preprocessed batch, computed as the run does."""
-        return self.prepared.compute(x)
+        cams = self.prepared.compute(x)
+        stamp("first batch")
+        return cams
 
     # ------------------------------------------------------------- streaming
 
