@@ -42,6 +42,8 @@ def build(name: str, weights: Path | None = None) -> tuple[torch.nn.Module, list
         model.load_state_dict(load_file(str(weights)))
     if name.startswith("vit"):
         return model, [model.blocks[-1].norm1], vit_reshape
+    if name.startswith("convnext"):
+        return model, [model.stages[-1]], None  # its README's target for ConvNeXt, the layer ours picks too
     return model, [model.layer4[-1]], None
 
 

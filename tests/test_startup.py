@@ -268,3 +268,18 @@ def test_a_checkpoint_missing_a_key_is_one_line(tmp_path: Path) -> None:
         f"gradcam: error: --weights {tmp_path / 'w.safetensors'} does not fit this architecture "
         "(missing: layer1.0.conv1.weight); check --model"
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("call", "said"), [("main()", "frozen"), ("main(['methods'])", "not frozen")])
+def test_the_command_leaves_its_objects_to_the_end_of_the_process(call: str, said: str) -> None:
+    """As the `gradcam` command (argv from sys.argv), main freezes the garbage collector's objects before exiting;
+    called by a script or test with its own argv, it leaves the caller's collector alone."""
+    script = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen' if gc.get_freeze_count() else 'not frozen'))\n"
+        "from gradcam_cli.cli.app import main\n"
+        f"sys.argv = ['gradcam', 'methods']\n{call}\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == said, done.stderr

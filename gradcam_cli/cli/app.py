@@ -161,11 +161,11 @@ def main(argv: list[str] | None = None, streams: Streams | None = None) -> None:
         code = _stdout_gone()
     stamp("finished")
     if argv is None:  # this process is the command, not a caller's test or script
-        _exit_quickly()
+        _skip_the_last_collections()
     sys.exit(int(code or 0))
 
 
-def _exit_quickly() -> None:
+def _skip_the_last_collections() -> None:
     """Python's last garbage collections walk every object torch and timm made, half a second of a one-image run;
     the process ends right after, and every file was closed already (records go through raw descriptors, pictures
     through atomic writes), so those objects are left to be freed with it."""
