@@ -23,6 +23,7 @@ import contextlib
 import functools
 import importlib
 import sys
+import threading
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -93,22 +94,33 @@ def _deferred_disable(original: Callable[..., Any]) -> Callable[..., Any]:
     return disable
 
 
+_deferring = threading.RLock()  # two threads loading models at once (the Python API) take turns here
+
+
 @contextlib.contextmanager
 def _compiler_deferred() -> Iterator[None]:
     """While the block imports, `torch._dynamo` is a stand-in; afterwards, nothing of it is left."""
-    compiler = getattr(torch, "compiler", None)
-    original = getattr(compiler, "disable", None)
-    if DYNAMO in sys.modules or original is None:  # already paid for, or a torch without torch.compiler
-        yield
-        return
+    with _deferring:
+        compiler = getattr(torch, "compiler", None)
+        original = getattr(compiler, "disable", None)
+        if DYNAMO in sys.modules or original is None:  # already paid for, or a torch without torch.compiler
+            yield
+            return
+        with _stand_ins(compiler, original):
+            yield
+
+
+@contextlib.contextmanager
+def _stand_ins(compiler: Any, original: Callable[..., Any]) -> Iterator[None]:
+    """`torch._dynamo` and its `utils` as stand-ins and a deferred `torch.compiler.disable`, for the block."""
     package = _StandIn(DYNAMO)
     package.__path__ = []  # a package, so `torch._dynamo.utils` can be found under it
     utils = _StandIn(DYNAMO_UTILS)
     utils.is_compile_supported = _is_compile_supported  # type: ignore[attr-defined]
     sys.modules[DYNAMO], sys.modules[DYNAMO_UTILS] = package, utils
-    compiler.disable = _deferred_disable(original)  # type: ignore[union-attr]
+    compiler.disable = _deferred_disable(original)
     try:
         yield
     finally:
-        compiler.disable = original  # type: ignore[union-attr]
+        compiler.disable = original
         _remove_stand_ins()
