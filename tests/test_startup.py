@@ -283,3 +283,26 @@ def test_the_command_leaves_its_objects_to_the_end_of_the_process(call: str, sai
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=cli_env(), timeout=120)
     assert done.returncode == 0 and done.stdout.splitlines()[-1] == said, done.stderr
+
+
+@pytest.mark.slow
+def test_torchvision_weights_from_the_hub_cache_load_unfilled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--model torchvision:resnet18` with its weights in torch.hub's cache (put there by this test, as a download
+    would): built unfilled, every parameter from the cached file, the scores those weights give."""
+    from conftest import tv_resnet18
+
+    from gradcam_cli.model import load
+
+    source = tv_resnet18()
+    cache = tmp_path / "hub" / "checkpoints"
+    cache.mkdir(parents=True)
+    torch.save(source.state_dict(), cache / "resnet18-f37072fd.pth")  # the file name the DEFAULT weights' URL ends in
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
+    built: list[nn.Module | None] = []
+    original = load.built_unfilled
+    monkeypatch.setattr(load, "built_unfilled", lambda build, loads_weights: built.append(original(build, loads_weights)) or built[-1])
+    loaded = load.load_model("torchvision:resnet18", pretrained=True)
+    assert built and built[-1] is not None
+    x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.equal(loaded.model(x), source(x))
