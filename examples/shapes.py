@@ -128,22 +128,14 @@ def make_scene(
     tilt = math.radians(rng.uniform(-_MAX_TILT_DEG, _MAX_TILT_DEG))
     pts = shape_polygon(cls, cx, cy, r, _UPRIGHT[CLASSES[cls]] + tilt)
 
-    mask = Image.new("L", (width, height), 0)
-    ImageDraw.Draw(mask).polygon(pts, fill=255)
-    colour = _contrasting_colour(rng, bg_mean)
-    # Mild texture on the shape so "flat colour" isn't the only cue.
-    fg = np.asarray(colour, np.float32)[None, None, :] + rng.normal(0, 8, (height, width, 3))
-    fg_img = Image.fromarray(np.clip(fg, 0, 255).astype(np.uint8), "RGB")
-    img.paste(fg_img, (0, 0), mask)
-    bbox = mask.getbbox()
-    assert bbox is not None
-    return img, cls, tuple(int(v) for v in bbox)
+    return img, cls, _paste_shape(img, rng, pts, bg_mean)
 
 
 def _paste_shape(
     img: Image.Image, rng: np.random.Generator, pts: list[tuple[float, float]], bg_mean: np.ndarray
 ) -> tuple[int, int, int, int]:
-    """Fill polygon ``pts`` with a contrasting, mildly textured colour; returns its tight box."""
+    """Fill polygon ``pts`` with a contrasting colour, mildly textured so "flat colour" isn't the only cue; returns
+    its tight box."""
     width, height = img.size
     mask = Image.new("L", (width, height), 0)
     ImageDraw.Draw(mask).polygon(pts, fill=255)
