@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import sys
 import time
 
 ENVIRONMENT = "GRADCAM_TIMINGS"
@@ -28,6 +29,10 @@ def stamp(phase: str) -> None:
 
 def _write() -> None:
     path = os.environ.get(ENVIRONMENT)
-    if path:
+    if not path:
+        return
+    try:
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(_stamps, handle)
+    except OSError as error:  # at exit, after the run's own outcome: one line, never a traceback
+        print(f"gradcam: {ENVIRONMENT}={path}: cannot write the timings ({error.strerror or error})", file=sys.stderr)

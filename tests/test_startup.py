@@ -306,3 +306,15 @@ def test_torchvision_weights_from_the_hub_cache_load_unfilled(tmp_path: Path, mo
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         assert torch.equal(loaded.model(x), source(x))
+
+
+@pytest.mark.slow
+def test_timings_that_cannot_be_written_are_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        cli_command("methods"), capture_output=True, text=True, timeout=120,
+        env={**cli_env(), "GRADCAM_TIMINGS": str(tmp_path / "no" / "such" / "folder.json")},
+    )  # fmt: skip
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert done.stderr.splitlines() == [
+        f"gradcam: GRADCAM_TIMINGS={tmp_path / 'no' / 'such' / 'folder.json'}: cannot write the timings (No such file or directory)"
+    ]
