@@ -28,11 +28,11 @@ from torch.overrides import TorchFunctionMode
 # In-place methods that change what a parameter is (its shape, its autograd flag, its storage), not its values.
 KEPT = frozenset(
     {
-        "requires_grad_", "resize_", "resize_as_", "set_", "as_strided_", "t_", "transpose_", "squeeze_",
-        "unsqueeze_", "swapdims_", "swapaxes_", "share_memory_", "detach_", "copy_",
+        "requires_grad_", "resize_", "resize_as_", "as_strided_", "t_", "transpose_", "squeeze_",
+        "unsqueeze_", "swapdims_", "swapaxes_", "share_memory_", "detach_",
     }
 )  # fmt: skip
-WRITES = frozenset({"copy_", "set_"})
+WRITES = frozenset({"copy_", "set_"})  # a load's writes: run, and the parameter counted as filled
 
 
 class _UnfilledParameters(TorchFunctionMode):
