@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from gradcam_cli.maps import CamBatch
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class ReadyModel(LoadedModel):
     """What load_model() returns: a LoadedModel placed as a run holds it, with what its records name to reproduce it."""
 

@@ -6,6 +6,8 @@ Two choices of what the model sees:
 - crop: the model's own eval transform (resize the short side to
   input/crop_pct, centre crop), as in training. The map covers the crop only;
   outside it the map is zero.
+- letterbox (a detector's data config): the whole image scaled to fit, its
+  aspect kept, the rest of the input black; boxes and maps come back exactly.
 Normalisation (mean, std) and interpolation always come from the model's data config.
 """
 
@@ -45,6 +47,8 @@ def plan_geometry(original_hw: tuple[int, int], config: DataConfig, crop: bool =
     """The resize (and optional centre crop) for one image of this size."""
     height, width = original_hw
     in_h, in_w = config.input_hw
+    if not crop and config.fit == "letterbox":
+        return _letterbox(original_hw, (in_h, in_w))
     if not crop:
         return Geometry(original_hw, (in_h, in_w), (in_h, in_w), (0, 0), (0.0, 0.0, float(width), float(height)))
     pct = config.crop_pct or 1.0
@@ -60,6 +64,28 @@ def plan_geometry(original_hw: tuple[int, int], config: DataConfig, crop: bool =
     sy, sx = height / resized[0], width / resized[1]
     box = (left * sx, top * sy, (left + in_w) * sx, (top + in_h) * sy)
     return Geometry(original_hw, (in_h, in_w), resized, (top, left), box)
+
+
+def _letterbox(original_hw: tuple[int, int], input_hw: tuple[int, int]) -> Geometry:
+    """The photo scaled to fit the input with its aspect kept, centred: the padding is a crop that overhangs it."""
+    height, width = original_hw
+    in_h, in_w = input_hw
+    scale = min(in_h / height, in_w / width)
+    resized = (max(1, min(in_h, round(height * scale))), max(1, min(in_w, round(width * scale))))
+    top, left = -((in_h - resized[0]) // 2), -((in_w - resized[1]) // 2)
+    sy, sx = height / resized[0], width / resized[1]
+    return Geometry(original_hw, input_hw, resized, (top, left), (left * sx, top * sy, (left + in_w) * sx, (top + in_h) * sy))
+
+
+def boxes_to_original(boxes: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+    """Boxes (K, 4) in the input's pixels → the photo's pixels, clipped to the photo."""
+    x0, y0, x1, y1 = geometry.box
+    in_h, in_w = geometry.input_hw
+    scale = boxes.new_tensor([(x1 - x0) / in_w, (y1 - y0) / in_h] * 2)
+    shift = boxes.new_tensor([x0, y0] * 2)
+    height, width = geometry.original_hw
+    out = boxes.float() * scale + shift
+    return torch.stack([out[:, 0].clamp(0, width), out[:, 1].clamp(0, height), out[:, 2].clamp(0, width), out[:, 3].clamp(0, height)], 1)
 
 
 def to_input_array(image: np.ndarray, geometry: Geometry, config: DataConfig) -> np.ndarray:
@@ -108,6 +134,7 @@ def map_to_original(cam: torch.Tensor, geometry: Geometry, clamp: bool = True) -
     `clamp` keeps values in [0, 1]; raw maps (--norm none) are resized as they are.
     """
     height, width = geometry.original_hw
+    cam = _inside_photo(cam, geometry)
     x0, y0, x1, y1 = geometry.box
     left, top = max(0, math.floor(x0)), max(0, math.floor(y0))
     right, bottom = min(width, math.ceil(x1)), min(height, math.ceil(y1))
@@ -116,3 +143,13 @@ def map_to_original(cam: torch.Tensor, geometry: Geometry, clamp: bool = True) -
         region = resize(cam.float(), (bottom - top, right - left))
         out[..., top:bottom, left:right] = (region.clamp(0, 1) if clamp else region).cpu().numpy()
     return out
+
+
+def _inside_photo(cam: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+    """A letterboxed input's map without its padding: the input pixels that show the photo (whole pixels, as placed)."""
+    top, left = geometry.crop_offset
+    if top >= 0 and left >= 0:
+        return cam
+    rows, cols = geometry.resized_hw
+    y0, x0 = max(0, -top), max(0, -left)
+    return cam[..., y0 : y0 + rows, x0 : x0 + cols]

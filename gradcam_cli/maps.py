@@ -71,6 +71,7 @@ class CamBatch:
     targets: torch.Tensor  # (N, K) class indices
     guided: torch.Tensor | None = None
     chosen: torch.Tensor | None = None  # (N, K) bool: which ranks are explained (⟨multilabel⟩: each image its own labels)
+    found: list[Any] | None = None  # per image, what the task found in it (a detector's boxes); None for a classifier
 
     def ranks(self, row: int) -> list[int]:
         """The target ranks explained for one image: all K, or with ⟨multilabel⟩ its labels above the threshold."""
@@ -90,7 +91,16 @@ class CamBatch:
             targets=self.targets.cpu(),
             guided=None if self.guided is None else self.guided.cpu(),
             chosen=None if self.chosen is None else self.chosen.cpu(),
+            found=None if self.found is None else [_on_cpu(part) for part in self.found],
         )
+
+
+def _on_cpu(part: Any) -> Any:
+    """A task's finding (a dataclass of tensors, or one tensor) moved to the CPU."""
+    if isinstance(part, torch.Tensor):
+        return part.cpu()
+    move = getattr(part, "cpu", None)
+    return move() if callable(move) else part
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,6 +140,8 @@ def combine_layers(per_layer: Sequence[torch.Tensor], how: str) -> torch.Tensor:
         return stacked.amax(dim=0)
     if how == "product":
         return stacked.prod(dim=0)
+    if how == "sum":
+        return stacked.sum(dim=0)
     return stacked.mean(dim=0)
 
 
@@ -139,13 +151,14 @@ def finish_maps(raw_per_layer: Sequence[torch.Tensor], size: tuple[int, int], op
     Each layer is normalised at its own resolution, before upsampling: bilinear
     upsampling shaves a peak by an amount that depends on the layer's stride, so
     normalising afterwards would weigh coarse layers by an interpolation artefact.
-    This is also pytorch-grad-cam's order, so multi-layer maps match the reference.
+    This is also pytorch-grad-cam's order, so multi-layer maps match the reference. `sum` adds the raw maps
+    instead: a level that carries little of the score's gradient then adds little, not a normalised [0, 1] of noise.
     """
     per_layer = []
     for raw in raw_per_layer:
         if options.relu:
             raw = raw.clamp(min=0)
-        if options.norm is Norm.minmax:
+        if options.norm is Norm.minmax and options.combine is not Combine.sum:  # sum: raw maps, normalised once below
             raw = normalise(raw)[0]
         per_layer.append(resize(raw, size))  # half-pixel bilinear, as cv2.resize: maps match the reference
     combined = combine_layers(per_layer, options.combine)

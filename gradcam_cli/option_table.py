@@ -17,7 +17,7 @@ from typing import Any
 
 from gradcam_cli.errors import spelled
 from gradcam_cli.values import parse_channels, parse_class, parse_grid, parse_input_size, parse_kwarg, parse_shard
-from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, values
+from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, Task, values
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
 
@@ -113,18 +113,21 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="layers", flags=("--layer", "-l"), kind=list, default=None, group="target", metavar="PATH", aliases=("layer",),
            help="Target layer as a dotted path (negative indices count from the end); repeat to combine. Default: per model family.",
            doc="target layer, repeatable (maps are combined, see `--combine`, then renormalised). Default: per family, see below"),
-    Option(name="method", flags=("--method",), kind=Method, default=Method.gradcam.value, group="target", metavar="NAME",
-           help="CAM method (see `gradcam methods`).",
+    Option(name="method", flags=("--method",), kind=Method, default=None, group="target", metavar="NAME",
+           help="CAM method (see `gradcam methods`; default gradcam, for detectors hirescam).",
            doc="CAM method, see [Methods](#methods): " + ", ".join(f"`{m}`" for m in values(Method)) + " (default "
-               "`gradcam`). Each method pytorch-grad-cam also has equals its map to 1e-4, on random weights and on the shipped "
+               "`gradcam`; for detectors `hirescam`, whose map of one object stays on that object, see "
+               "[Detectors](#detectors)). Each method pytorch-grad-cam also has equals its map to 1e-4, on random weights and on the shipped "
                "trained model, signed maps (`--no-relu`) included (`tests/test_methods.py`, `tests/test_parity.py`, "
                "`tests/test_gradient_free.py`, `tests/test_fullgrad_guided.py`; where we differ on purpose the test says why), "
                "except where a first principal component is taken (`eigengradcam`, `--eigen-smooth`) on the ViT: there "
                "each image's tolerance widens with how close the top two singular values are, as far as float32 "
                "rounding can turn the component (at most about 0.04; `tests/test_methods.py` derives it)"),
-    Option(name="combine", flags=("--combine",), kind=Combine, default=Combine.mean.value, group="maps",
-           help="How the maps of several --layer are merged.",
-           doc="how the maps of several `--layer` are merged (default `mean`)"),
+    Option(name="combine", flags=("--combine",), kind=Combine, default=None, group="maps",
+           help="How the maps of several --layer are merged (default mean; detectors: sum).",
+           doc="how the maps of several `--layer` are merged: `mean`, `max` or `product` of each layer's normalised map, "
+               "or `sum` of their raw maps, normalised once, so each layer counts as much as its evidence (default "
+               "`mean`; `sum` for detectors, whose pyramid levels each see objects of one size)"),
     Option(name="relu", flags=("--relu/--no-relu",), kind=bool, default=True, group="maps",
            help="Keep only positive evidence (default), or the signed map.",
            doc="keep only positive evidence (default), or keep the signed map"),
@@ -165,6 +168,16 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="output_index", flags=("--output-index",), kind=int, default=None, group="target", metavar="N", minimum=0,
            help="Explain value N of a regression output (its raw value, no probability).",
            doc="a regression model: explain output value N, the score as it is (no softmax, no probability)"),
+    Option(name="task", flags=("--task",), kind=Task, default=None, group="target",
+           help="What the model does: classify or detect (default: found from the model's output).",
+           doc="what the model does, `classify` or `detect`; found from the model (a torchvision detector returns "
+               "boxes), so this only checks: a model that does the other is one line"),
+    Option(name="score_threshold", flags=("--score-threshold",), kind=float, default=None, group="target", metavar="S",
+           minimum=0, maximum=1, help="Detectors: explain the detections scoring at least S (default 0.5).",
+           doc="a detector: explain each detection whose score is at least `S` (default 0.5)"),
+    Option(name="max_detections", flags=("--max-detections",), kind=int, default=None, group="target", metavar="N", minimum=1,
+           help="Detectors: at most N detections per image, highest scores first (default 20).",
+           doc="a detector: at most `N` detections explained per image, the highest scores first (default 20)"),
     Option(name="crop", flags=("--crop/--whole",), kind=bool, default=False, group="inputs",
            help="Use the model's centre crop (the map covers only that part), or the whole image (default).",
            doc="`--whole` (default): the whole image is resized to the model's input size, so the map covers every pixel. "
@@ -184,6 +197,10 @@ OPTIONS: tuple[Option, ...] = (
            doc="write the class name, probability, method and layer on a band under the picture, with the colour scale "
                "of the map (the `--colormap` from `low 0` to `1 high`; with `--norm none` the map's raw minimum and "
                "maximum), sized from the picture (Pillow's scalable default font, nothing to install)"),
+    Option(name="each", flags=("--each",), kind=bool, default=False, group="outputs",
+           help="Detectors: also one overlay per detection (NAME.EXT.METHOD.detN.png) with its box only.",
+           doc="a detector: besides the picture of every kept box, one overlay per detection, `NAME.EXT.METHOD.detN.png`, "
+               "its whole map with only its box drawn"),
     Option(name="save_raw", flags=("--save-raw",), kind=bool, default=False, group="outputs",
            help="Also write the float32 map at the image's size as .npy (in [0,1] unless --norm none).",
            doc="also write the float32 map at the image's resolution as `.npy` (in [0, 1] unless `--norm none`)"),

@@ -17,7 +17,7 @@ from typing import Any
 from gradcam_cli.errors import UsageError, cut
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS, OPTIONS, Option, named
 from gradcam_cli.values import CODE_MODEL
-from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, closest
+from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, Task, closest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +52,7 @@ class ModelSettings:
 @dataclass(frozen=True, kw_only=True)
 class TargetSettings:
     layers: tuple[str, ...] = ()
-    method: Method = Method.gradcam
+    method: Method | None = None  # None: the task's own (gradcam; a detector's hirescam)
     classes: tuple[str, ...] = ()
     topk: int = 1
     grid: tuple[int, int] | None = None
@@ -60,13 +60,16 @@ class TargetSettings:
     multilabel: bool = False  # independent labels (sigmoid): one map per label above the threshold
     threshold: float | None = None  # with multilabel; None: targets.DEFAULT_THRESHOLD
     output_index: int | None = None  # a regression output's value to explain
+    task: Task | None = None  # classify or detect; None: what the model's output says
+    score_threshold: float | None = None  # a detector's: None: cams/detections.DEFAULT_SCORE_THRESHOLD
+    max_detections: int | None = None  # a detector's: None: cams/detections.DEFAULT_MAX_DETECTIONS
 
 
 @dataclass(frozen=True, kw_only=True)
 class MapSettings:
     relu: bool = True
     norm: Norm = Norm.minmax
-    combine: Combine = Combine.mean
+    combine: Combine | None = None  # None: the task's own (mean; a detector's sum)
     eigen_smooth: bool = False
     aug_smooth: bool = False
     cam_batch_size: int = 32
@@ -89,6 +92,7 @@ class OutputSettings:
     caption: bool = False
     save_raw: bool = False
     save_guided: bool = False
+    each: bool = False  # a detector: one overlay per detection too
     skip_existing: bool = False
     replace: bool = False  # write over outputs another run (other model, weights, method, layers, style) made
     report: bool = False

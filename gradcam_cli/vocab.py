@@ -103,6 +103,14 @@ class Combine(str, Enum):
     mean = "mean"
     max = "max"
     product = "product"
+    sum = "sum"  # the raw maps added, then normalised once: each layer weighs as much as its evidence
+
+
+class Task(str, Enum):
+    """What the model does, and so what a map explains: a class of the image, or one detected object."""
+
+    classify = "classify"
+    detect = "detect"
 
 
 class Colormap(str, Enum):
@@ -201,3 +209,4 @@ class TargetKind(str, Enum):
     binary = "binary"  # a single logit: its sigmoid
     multilabel = "multilabel"  # independent labels: each logit's sigmoid
     regression = "regression"  # a raw output value: no probability
+    detection = "detection"  # one detected object: its own class score, as the detector scores it

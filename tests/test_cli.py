@@ -318,7 +318,7 @@ COLORMAPS = "jet, turbo, viridis, inferno, magma, plasma, hot, gray"
         (["--colormap", "rainbow"], f"--colormap 'rainbow' is unknown; use one of {COLORMAPS}"),
         (["--colormap", "trubo"], f"--colormap 'trubo' is unknown; use one of {COLORMAPS} (did you mean 'turbo'?)"),
         (["--norm", "raw"], "--norm 'raw' is unknown; use one of minmax, none"),
-        (["--combine", "sum"], "--combine 'sum' is unknown; use one of mean, max, product"),
+        (["--combine", "median"], "--combine 'median' is unknown; use one of mean, max, product, sum (did you mean 'mean'?)"),
         (["--precision", "fp64"], "--precision 'fp64' is unknown; use one of auto, fp32, bf16, fp16 (did you mean 'fp16'?)"),
     ],
 )

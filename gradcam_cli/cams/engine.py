@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from collections.abc import Sequence
 
@@ -20,6 +20,7 @@ from gradcam_cli.layout import Layout, LayoutHints, channels_dim_hint, patch_gri
 from gradcam_cli.maps import CamBatch, CamOptions, NetworkGradients, finish_maps, finite_rows
 from gradcam_cli.cams.methods import MethodKind
 from gradcam_cli.cams.methods.projection import first_component
+from gradcam_cli.cams.targets import Reading
 
 import torch
 from torch import nn
@@ -27,7 +28,7 @@ from torch import nn
 if TYPE_CHECKING:
     from gradcam_cli.layers.paths import ResolvedLayer
     from gradcam_cli.cams.methods import CamMethod
-    from gradcam_cli.cams.targets import FixedTargets, TargetChoice
+    from gradcam_cli.cams.targets import Targets
 
 
 @dataclass(kw_only=True)
@@ -38,7 +39,7 @@ class _Job:
     x: torch.Tensor
     layers: Sequence[ResolvedLayer]
     method: CamMethod
-    targets: TargetChoice | FixedTargets
+    targets: Targets
     options: CamOptions
     hints: LayoutHints
     model_name: str
@@ -49,8 +50,6 @@ class _Job:
 
     def layouts(self, activations: Sequence[torch.Tensor]) -> list[Layout]:
         """Each layer's layout; the patch grid is asked for at this input's size (aug-smooth rescales it)."""
-        from dataclasses import replace
-
         hints = replace(self.hints, patch_grid=patch_grid(self.model, self.size))
         layouts = []
         for a, layer in zip(activations, self.layers):
@@ -75,9 +74,27 @@ class _Job:
         return contributions.sum(dim=1)
 
 
-def _stack(maps: list[torch.Tensor], blanks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-rank maps (N, H, W) and flags (N,) → (N, K, H, W) and (N, K)."""
+    def read(self, output: object) -> Reading:
+        """What the forward's result says to explain (the task's reading), its scores as the maps explain them."""
+        reading = self.targets.read(output, self.model_name)
+        return replace(reading, scores=self.scored(reading.scores.float()))
+
+
+def _stack(job: _Job, maps: list[torch.Tensor], blanks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-rank maps (N, H, W) and flags (N,) → (N, K, H, W) and (N, K); a batch with nothing to explain has K = 0."""
+    if not maps:
+        n = int(job.x.shape[0])
+        return job.x.new_zeros((n, 0, *job.size)), torch.zeros((n, 0), dtype=torch.bool, device=job.x.device)
     return torch.stack(maps, dim=1).nan_to_num_(0.0), torch.stack(blanks, dim=1)
+
+
+def _batch(job: _Job, reading: Reading, maps: list[torch.Tensor], blanks: list[torch.Tensor], finite: torch.Tensor) -> CamBatch:
+    """The maps with what the reading says they explain."""
+    maps_t, blanks_t = _stack(job, maps, blanks)
+    return CamBatch(
+        maps=maps_t, blank=blanks_t, finite=finite, logits=reading.logits.detach(), targets=reading.targets,
+        chosen=reading.chosen, found=reading.found,
+    )  # fmt: skip
 
 
 def _run_gradient(job: _Job) -> CamBatch:
@@ -90,13 +107,12 @@ def _run_gradient(job: _Job) -> CamBatch:
         guided_backprop(method.guided) as guide,
     ):
         with job.autocast():
-            logits = recorder.forward(job.x)
-        chosen = job.targets.choose(logits)
+            reading = job.read(recorder.forward(job.x))
+        scores = reading.scores
         activations = recorder.activations()
         layouts = job.layouts(activations)
-        finite = finite_rows(logits.detach(), *activations)
-        scores = job.scored(logits.gather(1, chosen).float())
-        per_rank = recorder.gradients_per_rank(scores, retain_graph=method.guided)
+        finite = finite_rows(reading.logits.detach(), *activations)
+        per_rank = recorder.gradients_per_rank(scores, retain_graph=method.guided) if scores.shape[1] else []
         maps, blanks, guided = [], [], []
         for k, gradients in enumerate(per_rank):
             finite &= finite_rows(*gradients)
@@ -112,9 +128,9 @@ def _run_gradient(job: _Job) -> CamBatch:
                 guided.append(image)
             maps.append(cam)
             blanks.append(blank)
-    maps_t, blanks_t = _stack(maps, blanks)
-    guided_t = torch.stack(guided, dim=1) if guided else None
-    return CamBatch(maps=maps_t, blank=blanks_t, finite=finite, logits=logits.detach(), targets=chosen, guided=guided_t)
+    batch = _batch(job, reading, maps, blanks, finite)
+    batch.guided = torch.stack(guided, dim=1) if guided else None
+    return batch
 
 
 def _perturbation_raws(
@@ -154,9 +170,9 @@ def _run_forward_only(job: _Job) -> CamBatch:
     """Gradient-free methods: one forward that builds no graph, then the method's own forwards, if any."""
     with torch.inference_mode():
         with LayerRecorder(job.model, list(job.layers), job.model_name, graph=False) as recorder, job.autocast():
-            logits = recorder.forward(job.x)
+            reading = job.read(recorder.forward(job.x))
             activations = recorder.activations()
-        chosen = job.targets.choose(logits)
+        logits, chosen = reading.logits, reading.targets
         layouts = job.layouts(activations)
         finite = finite_rows(logits, *activations)
         grids = [layout.to_nchw(a).float() for a, layout in zip(activations, layouts)]
@@ -169,8 +185,7 @@ def _run_forward_only(job: _Job) -> CamBatch:
                 finish_maps(_perturbation_raws(job, activations, grids, layouts, logits, chosen[:, k]), job.size, job.options)
                 for k in range(chosen.shape[1])
             ]
-        maps_t, blanks_t = _stack([m for m, _ in per_rank], [b for _, b in per_rank])
-        return CamBatch(maps=maps_t, blank=blanks_t, finite=finite, logits=logits, targets=chosen)
+        return _batch(job, reading, [m for m, _ in per_rank], [b for _, b in per_rank], finite)
 
 
 def _run_network(job: _Job) -> CamBatch:
@@ -178,13 +193,13 @@ def _run_network(job: _Job) -> CamBatch:
     hooked = job.method.network_layers(job.model)  # type: ignore[misc]
     with LayerRecorder(job.model, hooked, job.model_name, strict=False, input_grad=True) as recorder:
         with job.autocast():
-            logits = recorder.forward(job.x)
-        chosen = job.targets.choose(logits)
-        finite = finite_rows(logits.detach())
+            reading = job.read(recorder.forward(job.x))
+        ranks = reading.scores.shape[1]
+        finite = finite_rows(reading.logits.detach())
         maps, blanks = [], []
-        for k in range(chosen.shape[1]):
-            score = job.scored(logits.gather(1, chosen[:, k : k + 1]).float()).sum()
-            input_grad, gradients = recorder.gradients_with_input(score, retain_graph=k + 1 < chosen.shape[1])
+        for k in range(ranks):
+            score = reading.scores[:, k].sum()
+            input_grad, gradients = recorder.gradients_with_input(score, retain_graph=k + 1 < ranks)
             finite &= finite_rows(input_grad, *gradients)
             ran = recorder.ran_layers()
             network = NetworkGradients(
@@ -196,8 +211,7 @@ def _run_network(job: _Job) -> CamBatch:
             cam, blank = finish_maps([job.method.network_cam()(network)], job.size, job.options)
             maps.append(cam)
             blanks.append(blank)
-    maps_t, blanks_t = _stack(maps, blanks)
-    return CamBatch(maps=maps_t, blank=blanks_t, finite=finite, logits=logits.detach(), targets=chosen)
+    return _batch(job, reading, maps, blanks, finite)
 
 
 _RUNNERS = {
@@ -213,7 +227,7 @@ def compute_cams(
     x: torch.Tensor,
     layers: Sequence[ResolvedLayer],
     method: CamMethod,
-    targets: TargetChoice,
+    targets: Targets,
     *,
     options: CamOptions | None = None,
     num_prefix_tokens: int | None = None,
@@ -232,16 +246,12 @@ def compute_cams(
         return _run_once(job, x, targets)
 
 
-def _run_once(job: _Job, x: torch.Tensor, targets: TargetChoice | FixedTargets) -> CamBatch:
-    from dataclasses import replace
-
+def _run_once(job: _Job, x: torch.Tensor, targets: Targets) -> CamBatch:
     return _RUNNERS[job.method.kind](replace(job, x=x, targets=targets))
 
 
 def _in_view(job: _Job, view: str) -> _Job:
     """The job of one augmented view: its progress says which view the masked forwards are at."""
-    from dataclasses import replace
-
     progress = job.options.progress
     if progress is None:
         return job

@@ -5,13 +5,57 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from collections.abc import Sequence
+from typing import Any, Protocol
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.errors import LayerError, UsageError
+from gradcam_cli.model.state import first_tensor
 from gradcam_cli.values import ClassIndex, class_index, normalised
 
 import torch
 
 DEFAULT_THRESHOLD = 0.5  # ⟨multilabel⟩'s labels: a sigmoid of at least this (the option table's doc says it)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a forward's result says to explain: the scores whose gradients make the maps, and what records need.
+
+    The seam between a task and the engine: the engine differentiates `scores[:, k]` for each rank k and knows
+    nothing else of the task. A classifier's ranks are its classes; a detector's are each image's detections.
+    """
+
+    scores: torch.Tensor  # (N, K) in the forward's graph: rank k of image n is what map (n, k) explains
+    targets: torch.Tensor  # (N, K) class indices
+    logits: torch.Tensor  # (N, classes) a classifier's scores; another task's (N, K) scores
+    chosen: torch.Tensor | None = None  # (N, K) bool: the ranks each image keeps; None: all
+    found: list[Any] | None = None  # per image, what the task found in it (a detector's boxes), detached
+
+
+class Targets(Protocol):
+    """What a task explains in a batch: read from the model's output (cams/targets.py for classes, cams/detections.py
+    for detected objects)."""
+
+    @property
+    def count(self) -> int:
+        """The most ranks one image can have."""
+
+    def read(self, output: Any, model_name: str = "the model") -> Reading: ...
+
+
+def class_scores(output: Any, model_name: str) -> torch.Tensor:
+    """A classifier's (N, classes) scores in what its forward returned (model/outputs.py picked them already)."""
+    logits = first_tensor(output.logits if hasattr(output, "logits") else output)
+    if logits is None or logits.dim() != 2:
+        raise LayerError(f"{model_name} does not return class scores of shape (N, classes)")
+    return logits
+
+
+def read_classes(choice: TargetChoice | FixedTargets, output: Any, model_name: str) -> Reading:
+    """A classifier's reading: the chosen classes' scores."""
+    logits = class_scores(output, model_name)
+    chosen = choice.choose(logits)
+    explained = choice.explained(logits, chosen) if isinstance(choice, TargetChoice) else None
+    return Reading(scores=logits.gather(1, chosen.to(logits.device)), targets=chosen, logits=logits, chosen=explained)
 
 
 @dataclass(frozen=True)
@@ -55,6 +99,9 @@ class TargetChoice:
                 raise UsageError(f"{len(self.classes)} classes given for a batch of {n} images; give one per image")
             return chosen[:, None]
         return chosen[None, :].expand(n, -1)
+
+    def read(self, output: Any, model_name: str = "the model") -> Reading:
+        return read_classes(self, output, model_name)
 
     def check(self, num_classes: int) -> None:
         """Every named class (or output value) is one the model has."""
@@ -136,3 +183,6 @@ class FixedTargets:
 
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
         return self.chosen.to(logits.device)
+
+    def read(self, output: Any, model_name: str = "the model") -> Reading:
+        return read_classes(self, output, model_name)

@@ -76,7 +76,10 @@ def load_preset(path: Path) -> dict[str, Any]:
         if option is None:
             close = difflib.get_close_matches(str(key), list(keys), n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise UsageError(f"--config {path}: unknown key '{one_line(key, 40)}'{hint}; known keys: {', '.join(keys)}")
+            raise UsageError(
+                f"--config {path}: unknown key '{one_line(key, 40)}'{hint}; the keys are the options' long names "
+                "(`--score-threshold` is `score_threshold`), listed in the README's preset keys"
+            )
         values[option.name] = _converter(option)(str(key), value)
         if option.path:  # the one path rule: relative to the preset's own folder, like any file it names
             named = Path(values[option.name]).expanduser()

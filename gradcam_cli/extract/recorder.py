@@ -102,25 +102,23 @@ class LayerRecorder:
 
         return hook
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor) -> Any:
         """Run the model on its own copy of the input; the input requires grad only when its gradient is asked for.
 
         A forward that changes its input in place (`x.mul_(...)`) then changes neither the caller's tensor (which
         the masked forwards and the augmented views are made from) nor the leaf the input gradient is taken at.
+        What the forward returns is the task's to read (cams/targets.py: Targets.read).
         """
         self.outputs.clear()
         self.input = x.detach().requires_grad_(self.input_grad) if self.graph else x
-        logits = self.model(self.input.clone())
-        logits = first_tensor(logits.logits if hasattr(logits, "logits") else logits)
-        if logits is None or logits.dim() != 2:
-            raise LayerError(f"{self.model_name} does not return class scores of shape (N, classes)")
+        output = self.model(self.input.clone())
         missing = [layer.name for layer in self.layers if layer.name not in self.outputs]
         if missing and self.strict:
             raise LayerError(
                 f"layer '{missing[0]}' never ran in the forward pass of {self.model_name} "
                 f"(it is defined but unused); pick another with: gradcam layers {self.model_name}"
             )
-        return logits
+        return output
 
     def activations(self) -> list[torch.Tensor]:
         return [self.outputs[layer.name].detach() for layer in self.layers]

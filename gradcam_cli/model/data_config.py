@@ -26,6 +26,7 @@ class DataConfig:
     interpolation: str = "bilinear"
     crop_pct: float = 1.0
     crop_mode: str = "center"
+    fit: str = "stretch"  # without crop, how the photo fills the input: stretched to it, or "letterbox" (a detector's)
 
 
 def default_input_hw(model: nn.Module) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gradcam_cli.errors import GradcamError, UsageError
 from gradcam_cli.model.checkpoint import checkpoint_num_classes, classifier_name, fit_prefix, load_checkpoint, read_state_dict
+from gradcam_cli.model.detectors import DetectorFamily, checkpoint_classes, detector_family
 from gradcam_cli.model.downloads import build_error, hub_offline, library_noise_off, plan_download
 from gradcam_cli.model.hub import ModelSource, source_for
 from gradcam_cli.model.labels import read_labels
@@ -44,10 +45,16 @@ class LoadedModel:
     num_prefix_tokens: int | None
     notices: list[str]  # what the run says once it starts (a guessed data config)
     output: str | None  # where in the forward's result the class scores are (None: the result is them)
+    detector: DetectorFamily | None = None  # a detector's family (model/detectors.py): how its boxes are read
 
     @property
     def num_classes(self) -> int | None:
         return len(self.class_names) if self.class_names else None
+
+    @property
+    def found_task(self) -> str:
+        """What the model does, as its output says: "detect" (boxes) or "classify" (class scores)."""
+        return "detect" if self.detector is not None else "classify"
 
 
 def num_outputs(model: nn.Module) -> int | None:
@@ -60,6 +67,11 @@ def num_outputs(model: nn.Module) -> int | None:
         return None
     weight = getattr(dict(model.named_modules())[name], "weight", None)
     return int(weight.shape[0]) if weight is not None else None
+
+
+def head_classes(model: nn.Module, family: DetectorFamily | None) -> int | None:
+    """The classes the head scores: a classifier's outputs, a detector's head's classes."""
+    return num_outputs(model) if family is None else family.num_classes(model)
 
 
 def num_prefix_tokens(model: nn.Module, source: ModelSource, arch: str) -> int | None:
@@ -143,21 +155,24 @@ def load_model(
     state = read_state_dict(weights, ema=ema, notice=notices.append) if weights is not None else None
     model, source, arch = build_model(name, pretrained=pretrained and state is None, kwargs=kwargs, weights_follow=state is not None)
     stamp("build")
+    family = detector_family(model)
     if state is not None:
         assert weights is not None
         state, fitted = fit_prefix(model, state, weights)
         notices += [fitted] if fitted else []
-        wanted = checkpoint_num_classes(model, state, weights)
-        if wanted is not None and wanted != num_outputs(model):
+        wanted = checkpoint_num_classes(model, state, weights) if family is None else checkpoint_classes(family, model, state)
+        if wanted is not None and wanted != head_classes(model, family):
             model, source, arch = build_model(name, pretrained=False, num_classes=wanted, kwargs=kwargs, weights_follow=True)
         load_checkpoint(model, state, weights)
         stamp("weights")
     model.eval()
-    outputs = num_outputs(model)
+    outputs = head_classes(model, family)
     if label_names is not None and outputs is not None and len(label_names) != outputs:
         raise UsageError(f"⟨labels={labels}⟩ names {len(label_names)} classes but the model has {outputs} outputs")
     names = label_names or (source.class_names(model, arch, outputs) if outputs else None)
-    config = replace(source.data_config(model, arch), **dict(preprocessing or {}))
+    config = replace(family.data_config(model) if family else source.data_config(model, arch), **dict(preprocessing or {}))
+    if family is not None:  # boxes, not class scores: the detection task reads them (no view, no probe of scores)
+        return LoadedModel(model, name.strip(), source, arch, config, names, None, notices, None, family)
     model = scores_view(model, output)
     found = probed_output(model, config.input_hw)
     guessed = source.data_config_notice(arch, frozenset(preprocessing or {}))

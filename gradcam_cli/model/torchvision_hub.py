@@ -1,4 +1,4 @@
-"""torchvision as a model hub: 'torchvision:ARCH' names its classification models.
+"""torchvision as a model hub: 'torchvision:ARCH' names its classification and detection models.
 
 torchvision's weights enums carry the download URL, the transforms and the
 ImageNet categories; its modules carry no description of their own, so the
@@ -71,16 +71,20 @@ class TorchvisionHub:
     def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
         """torchvision.models.get_model with the DEFAULT weights, after a check that names close matches."""
         torchvision = import_torchvision()
-        names = list(torchvision.models.list_models(module=torchvision.models))
+        models = torchvision.models
+        detectors = list(models.list_models(module=models.detection))
+        names = list(models.list_models(module=models)) + detectors
         if arch not in names:
             raise UsageError(
-                f"unknown torchvision model '{arch}'{closest(arch, names)}; "
-                "torchvision classification models are listed by torchvision.models.list_models()"
+                f"unknown torchvision model '{arch}'{closest(arch, names)}; torchvision's classification and detection "
+                "models are listed by torchvision.models.list_models()"
             )
         given: dict[str, Any] = dict(kwargs or {})
         if num_classes is not None:
             given["num_classes"] = num_classes
-        return torchvision.models.get_model(arch, weights="DEFAULT" if pretrained else None, **given)
+        if arch in detectors and not pretrained:
+            given.setdefault("weights_backbone", None)  # random weights throughout: no ImageNet backbone is fetched
+        return models.get_model(arch, weights="DEFAULT" if pretrained else None, **given)
 
     def data_config_notice(self, arch: str, given: frozenset[str]) -> str | None:
         return None  # the weights' transforms, or the ImageNet statistics torchvision's models are trained with

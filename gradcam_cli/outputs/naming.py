@@ -58,7 +58,10 @@ def ensure_writable(folder: Path) -> None:
 class OutputNamer:
     """Output paths of one run: the input's mirrored path plus `.METHOD[.classN].png` (see README, Outputs)."""
 
-    def __init__(self, output_dir: Path, method: str, largest_class: int | None = None, raw: bool = False, guided: bool = False) -> None:
+    def __init__(
+        self, output_dir: Path, method: str, largest_class: int | None = None, raw: bool = False, guided: bool = False, *,
+        largest_detection: int | None = None,
+    ) -> None:  # fmt: skip
         self.output_dir = output_dir
         self.method = method
         self.largest_class = largest_class  # names carry `.classN` up to this index; None: one map, no class
@@ -67,6 +70,7 @@ class OutputNamer:
         self._root = output_dir.resolve()
         # the longest name ending this run writes: an input name that does not fit before it is shortened
         classes = f".class{largest_class}" if largest_class is not None else ""
+        classes += f".det{largest_detection}" if largest_detection is not None else ""  # ⟨each⟩: a detection's overlay
         self._longest = f".{method}{classes}" + (".guided.png" if guided else ".png")
         self._classes: dict[Path, dict[str, list[int]]] = {}  # per output folder: each name's class overlays, listed once
         self._classes_lock = threading.Lock()

@@ -50,6 +50,24 @@ class TargetRecord:
 
 
 @dataclass(frozen=True)
+class DetectionRecord:
+    """One kept detection of a detector's image and its map: where, what, how sure, and where its map lies."""
+
+    rank: int  # its place among the image's kept detections, highest score first (the `.detN` of its overlay)
+    box: list[float]  # x1, y1, x2, y2 in the photo's pixels
+    class_index: int
+    class_name: str | None
+    score: float  # the detector's own score for it, the target its map explains
+    blank: bool
+    energy_in_box: float | None = None  # the share of its map's energy inside its box (None: a blank map)
+    peak_in_box: bool | None = None  # whether its map's peak falls in its box (the pointing game)
+    overlay: str | None = None  # ⟨each⟩: its own picture
+
+    def __post_init__(self) -> None:
+        _utf8_fields(self, ("class_name", "overlay"))
+
+
+@dataclass(frozen=True)
 class ImageRecord:
     input: str
     ok: bool
@@ -75,6 +93,7 @@ class ImageRecord:
     outputs: list[str] = field(default_factory=list)
     targets: list[TargetRecord] = field(default_factory=list)
     topk: list[dict[str, Any]] = field(default_factory=list)
+    detections: list[DetectionRecord] | None = None  # a detector's kept detections, each with its map (None: a classifier)
     settings: dict[str, Any] = field(default_factory=dict)
     stamp: str | None = None  # the hash of what made the pictures, which each carries (outputs/provenance.py)
 
@@ -95,7 +114,12 @@ class ImageRecord:
     def from_json(cls, text: str) -> ImageRecord:
         """A record as to_json() wrote it (a Ray actor's, read back by the driver)."""
         data = json.loads(text)
-        return cls(**{**data, "targets": [TargetRecord(**target) for target in data.get("targets", [])]})
+        detections = data.get("detections")
+        return cls(**{
+            **data,
+            "targets": [TargetRecord(**target) for target in data.get("targets", [])],
+            "detections": None if detections is None else [DetectionRecord(**found) for found in detections],
+        })  # fmt: skip
 
     def blank_targets(self) -> list[TargetRecord]:
         return [target for target in self.targets if target.blank]
@@ -104,6 +128,13 @@ class ImageRecord:
         """What a person should hear about this image, one line each: why it failed, which maps are blank."""
         if not self.ok:
             return [self.error or f"{self.input}: failed"]
+        if self.detections is not None:
+            return [
+                f"{self.input}: the map of detection {d.rank} ({d.class_name or f'class {d.class_index}'}, score {d.score:.2f}) is "
+                f"blank (no positive evidence at {', '.join(self.layers)}); try another ⟨layers⟩"
+                for d in self.detections
+                if d.blank
+            ]
         return [
             f"{self.input}: the map for class {t.class_index}{f' ({t.class_name})' if t.class_name else ''} is blank "
             f"(no positive evidence at {', '.join(self.layers)}); try another ⟨layers⟩ or ⟨classes⟩"

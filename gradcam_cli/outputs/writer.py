@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gradcam_cli.errors import InputError
+from gradcam_cli.outputs.detection_files import write_detections
 from gradcam_cli.outputs.files import Folders, with_text, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.provenance import STAMP_KEY, Provenance, making
@@ -125,6 +126,7 @@ class ResultWriter:
         raw_norm: bool = False,
         kind: TargetKind = TargetKind.single_class,
         replace: bool = False,
+        each: bool = False,
     ) -> None:
         self.namer = namer
         self.class_names = class_names
@@ -136,11 +138,14 @@ class ResultWriter:
         self.raw_norm = raw_norm  # maps hold raw values (--norm none): scale them for display
         self.kind = kind  # how the logits read as probabilities (softmax, sigmoid, none)
         self.folders = Folders()  # each made and cleared of a killed run's temporary files once
+        self.each = each  # a detector's: one overlay per detection too
 
     def finish(self, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, base: PurePath) -> ImageRecord:
         """Write this image's files for every explained class and build its record."""
         if not bool(cams.finite[row]):
             raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
+        if cams.found is not None:  # what a task found in the image (a detector's boxes): its own module writes it
+            return write_detections(self, path, image, geometry, cams, row, base)
         probabilities = image_probabilities(cams.logits[row], self.kind)
         targets = [self._write_target(path, image, geometry, cams, row, k, base, probabilities) for k in cams.ranks(row)]
         return image_record(str(path), image, targets, probabilities, self.class_names, self.context)
@@ -203,13 +208,13 @@ class ResultWriter:
             write_atomic(raw_path, encode_npy(raw))
         scale = display_scale(cam, self.raw_norm) if caption else None  # the caption band's colour scale
         drawn = draw(image, shown, style=self.style, colormap=self.colormap, alpha=self.alpha, caption=caption, scale=scale)
-        write_atomic(overlay_path, self._stamped(encode_png(drawn)))
+        write_atomic(overlay_path, self.stamped(encode_png(drawn)))
         stamp("written")
 
     def _write_guided(self, geometry: Geometry, image: torch.Tensor, path: Path) -> None:
         """The guided Grad-CAM image in colour, at the photo's size."""
-        write_atomic(path, self._stamped(encode_png(guided_photo(image, geometry))))
+        write_atomic(path, self.stamped(encode_png(guided_photo(image, geometry))))
 
-    def _stamped(self, png: bytes) -> bytes:
+    def stamped(self, png: bytes) -> bytes:
         """A PNG that says what made it (outputs/provenance.py)."""
         return with_text(png, STAMP_KEY, self.provenance.text)

@@ -81,6 +81,7 @@ class Explainer:
             raw_norm=settings.maps.norm is not Norm.minmax,
             kind=self.prepared.kind,
             replace=outputs.replace,
+            each=outputs.each,
         )
 
     @property
@@ -171,7 +172,7 @@ class Explainer:
             if self.settings.outputs.skip_existing:
                 item.existing = existing_outputs(
                     self.namer,
-                    self.prepared.targets,
+                    self.prepared.classes,
                     base,
                     self.writer.provenance,
                     save_raw=self.settings.outputs.save_raw,
@@ -241,7 +242,10 @@ def model_prints_to_stderr() -> contextlib.AbstractContextManager[object]:
 
 def _namer(run: PreparedRun) -> OutputNamer:
     """Output names: a class suffix when several classes are explained, wide enough for the largest index."""
-    targets, outputs = run.targets, run.settings.outputs
+    targets, outputs = run.classes, run.settings.outputs
+    if targets is None:  # a detector: one picture per image, and with ⟨each⟩ one per detection
+        largest = run.targets.count - 1 if outputs.each else None
+        return OutputNamer(outputs.output_dir, run.method.name, None, outputs.save_raw, outputs.save_guided, largest_detection=largest)
     several = bool(targets.classes) or targets.topk > 1 or targets.by_threshold
     largest = max(targets.classes or [(run.num_outputs or 1) - 1]) if several else None
     return OutputNamer(outputs.output_dir, run.method.name, largest, outputs.save_raw, outputs.save_guided)

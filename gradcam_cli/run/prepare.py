@@ -17,16 +17,16 @@ from torch import nn
 from gradcam_cli.version import __version__
 from gradcam_cli.cams.engine import compute_cams
 from gradcam_cli.cams.methods import CamMethod, MethodKind, get_method
-from gradcam_cli.cams.targets import TargetChoice, target_choice
+from gradcam_cli.cams.targets import TargetChoice, Targets
 from gradcam_cli.cams.augment import VIEWS
 from gradcam_cli.errors import GradcamError, ModelError, UsageError
 from gradcam_cli.extract.perturb import measure_cost
-from gradcam_cli.layers.defaults import default_layer_paths
 from gradcam_cli.layers.paths import ResolvedLayer, resolve_layers
 from gradcam_cli.maps import CamBatch, CamOptions, ProgressFn
 from gradcam_cli.model import load as model_load
 from gradcam_cli.model.device import place_model, resolve_device, resolve_precision
 from gradcam_cli.model.faults import fault_line, raised_by_model
+from gradcam_cli.run.tasks import RunTask, task_for
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.vocab import TargetKind
 
@@ -43,7 +43,8 @@ class PreparedRun:
     loaded: model_load.LoadedModel
     method: CamMethod
     layers: list[ResolvedLayer]
-    targets: TargetChoice
+    task: RunTask  # classify or detect (run/tasks.py)
+    targets: Targets  # a TargetChoice for a classifier, DetectionTargets for a detector
     device: torch.device
     options: CamOptions
     channels_last: bool
@@ -70,17 +71,17 @@ class PreparedRun:
             grid=self.settings.target.grid,
             model_name=self.loaded.name,
         )
-        cams.chosen = self.targets.explained(cams.logits, cams.targets)
         return cams
 
     @property
+    def classes(self) -> TargetChoice | None:
+        """A classifier's class choice; None for another task."""
+        return self.targets if isinstance(self.targets, TargetChoice) else None
+
+    @property
     def kind(self) -> TargetKind:
-        """What a map explains: a class of a softmax, a single logit (binary), independent labels, or a raw value."""
-        if self.targets.regression:
-            return TargetKind.regression
-        if self.settings.target.multilabel:
-            return TargetKind.multilabel
-        return TargetKind.binary if self.num_outputs == 1 else TargetKind.single_class
+        """What a map explains: a class of a softmax, a single logit (binary), independent labels, a raw value, an object."""
+        return self.task.kind(self.settings, self.targets, self.num_outputs)
 
     def target_kind(self) -> str:
         """The records' `target`: the kind, and whether the maps explain minus the score."""
@@ -113,7 +114,7 @@ class PreparedRun:
                 "preprocess": "crop" if settings.inputs.crop else "whole",
                 "relu": maps.relu,
                 "norm": str(maps.norm.value),
-                "combine": str(maps.combine.value),
+                "combine": str(self.options.combine.value),
                 "eigen_smooth": maps.eigen_smooth,
                 "aug_smooth": maps.aug_smooth,
                 **self.picture_settings(),
@@ -140,14 +141,19 @@ def prepare_run(
     The Python API passes a model it loaded already (`loaded`, on `device`) and asks for no notices
     (`notices=False`: no measured cost of the masked forwards before each image).
     """
-    method = get_method(settings.target.method)
-    _check_method_options(settings, method, warn)
+    if settings.target.method is not None:  # a method's options are checked before the model loads
+        _check_method_options(settings, get_method(settings.target.method), lambda _m: None)
     device = device or resolve_device(settings.run.device, settings.run.local_rank)
+    loaded = loaded or _load(settings)
+    task = task_for(settings, loaded)
+    method = get_method(settings.target.method or task.method)
+    _check_method_options(settings, method, warn)
+    task.check(settings, method)
     maps = settings.maps
     options = CamOptions(
         relu=maps.relu,
         norm=maps.norm,
-        combine=maps.combine,
+        combine=maps.combine or task.combine,
         eigen_smooth=maps.eigen_smooth,
         aug_smooth=maps.aug_smooth,
         cam_batch_size=maps.cam_batch_size,
@@ -155,19 +161,11 @@ def prepare_run(
         negative=settings.target.negative,
         progress=_checked_progress(progress, checkpoint),
     )
-    model = settings.model
-    if loaded is None:
-        loaded = model_load.load_model(
-            model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels, kwargs=dict(model.kwargs),
-            preprocessing=model.preprocessing(), ema=model.ema, output=model.output,
-        )  # fmt: skip
-    paths = list(settings.target.layers) or default_layer_paths(
-        loaded.model, loaded.arch, loaded.source, input_hw=loaded.data_config.input_hw
-    )
-    layers = resolve_layers(loaded.model, paths, loaded.name)
+    layers = resolve_layers(loaded.model, list(settings.target.layers) or task.layers(loaded), loaded.name)
     said: list[str] = list(loaded.notices)
-    outputs = model_load.num_outputs(loaded.model)
-    targets = _targets(settings, loaded.class_names, outputs, said.append)
+    outputs = model_load.head_classes(loaded.model, loaded.detector)
+    targets = task.targets(settings, loaded, outputs, said.append)
+    model = settings.model
     if model.pretrained_said() is False and model.weights is None:  # your code's weights are your code's to say
         said.append(NO_PRETRAINED)
     prepared = PreparedRun(
@@ -175,6 +173,7 @@ def prepare_run(
         loaded=loaded,
         method=method,
         layers=layers,
+        task=task,
         targets=targets,
         device=device,
         options=options,
@@ -185,6 +184,15 @@ def prepare_run(
     if notices and method.kind == MethodKind.PERTURBATION:
         said.append(_perturbation_cost(prepared))
     return prepared
+
+
+def _load(settings: ExplainSettings) -> model_load.LoadedModel:
+    """The model the settings name, built and loaded."""
+    model = settings.model
+    return model_load.load_model(
+        model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels, kwargs=dict(model.kwargs),
+        preprocessing=model.preprocessing(), ema=model.ema, output=model.output,
+    )  # fmt: skip
 
 
 def _perturbation_cost(run: PreparedRun) -> str:
@@ -236,25 +244,6 @@ def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
     return f"{seconds / 60:.0f} min"
-
-
-def _targets(settings: ExplainSettings, names: list[str] | None, outputs: int | None, warn: Callable[[str], None]) -> TargetChoice:
-    """The classes, labels or output value each map explains, as the target options ask."""
-    target = settings.target
-    chosen = target_choice(
-        target.classes, target.topk, names, multilabel=target.multilabel, threshold=target.threshold, output_index=target.output_index
-    )
-    if outputs is not None:
-        chosen.check(outputs)  # before any image is read, where the model says its width
-    return _fit_topk(chosen, outputs, warn)
-
-
-def _fit_topk(targets: TargetChoice, classes: int | None, warn: Callable[[str], None]) -> TargetChoice:
-    """--topk above the number of classes explains every class, and says so once."""
-    if classes is None or targets.classes or targets.by_threshold or targets.topk <= classes:
-        return targets
-    warn(f"⟨topk={targets.topk}⟩: the model has only {classes} classes; explaining all {classes}")
-    return TargetChoice(topk=classes)
 
 
 def _check_method_options(settings: ExplainSettings, method: CamMethod, warn: Callable[[str], None]) -> None:

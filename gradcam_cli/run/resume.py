@@ -19,7 +19,7 @@ from gradcam_cli.outputs.provenance import Provenance
 
 
 def existing_outputs(
-    namer: OutputNamer, targets: TargetChoice, base: PurePath, provenance: Provenance, *, save_raw: bool, save_guided: bool
+    namer: OutputNamer, targets: TargetChoice | None, base: PurePath, provenance: Provenance, *, save_raw: bool, save_guided: bool
 ) -> list[Path] | None:
     """This run's own overlays when every file it would write is there, whole, else None.
 
@@ -28,7 +28,9 @@ def existing_outputs(
     the labels and their number: one complete label will do (an image with no
     label above the threshold wrote nothing, and is explained again).
     """
-    if targets.by_threshold or (targets.topk > 1 and not targets.classes):
+    if targets is None:  # another task than classes (a detector's): its one picture per image stands for its files
+        classes, wanted = [None], 1
+    elif targets.by_threshold or (targets.topk > 1 and not targets.classes):
         classes: list[int | None] = list(namer.existing_classes(base))
         wanted = 1 if targets.by_threshold else targets.topk
     else:
@@ -38,6 +40,6 @@ def existing_outputs(
         paths = [p for p in namer.paths(base, index, save_raw, save_guided) if p is not None]
         if all(is_complete(p) for p in paths) and not any(provenance.others(p) for p in paths if p.suffix == ".png"):
             complete.append(paths[0])
-    if targets.by_threshold:
+    if targets is not None and targets.by_threshold:
         return complete or None
     return complete[:wanted] if len(complete) >= wanted else None

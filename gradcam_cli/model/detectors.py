@@ -1,0 +1,153 @@
+"""Object detectors: how a family of them is recognised, fed, read and where its heads look.
+
+A detector's forward returns boxes, not class scores; each family returns them
+its own way. A family here says, for the models it recognises: the input they
+take (their own transform resizes and normalises, so ours only fits the photo
+into the input: letterboxed, or stretched where the model stretches itself),
+their class count and names, the checkpoint key that sizes their head, the
+feature maps their heads read (the default layers), and how their output
+reads as `Detections`: one per image, scores still in the graph, so each
+detection's own score can be differentiated. torchvision's detectors are the
+first family (any model built of their classes: the shipped example detector
+too); Ultralytics and transformers follow behind the same protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from gradcam_cli.errors import ModelError
+from gradcam_cli.model.data_config import DataConfig
+
+UNIT_MEAN, UNIT_STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # pixels in [0, 1]: the model normalises them itself
+
+
+@dataclass(frozen=True)
+class Detections:
+    """One image's detections as the model scored them: boxes (K, 4) x1, y1, x2, y2 in the input's pixels,
+    labels (K,) class indices, scores (K,), in the forward's graph until `cpu()`."""
+
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+    def cpu(self) -> Detections:
+        """Detached on the CPU, for the writer threads."""
+        return Detections(self.boxes.detach().float().cpu(), self.scores.detach().float().cpu(), self.labels.detach().cpu())
+
+    def take(self, index: torch.Tensor) -> Detections:
+        return Detections(self.boxes[index], self.scores[index], self.labels[index])
+
+
+class DetectorFamily(Protocol):
+    """A family of detectors: what the loader, the layer defaults and the detection task ask of it."""
+
+    name: str
+
+    def accepts(self, model: nn.Module) -> bool:
+        """Whether the model is one of this family's."""
+
+    def read(self, output: Any, model_name: str) -> list[Detections]:
+        """The forward's result as one Detections per image."""
+
+    def data_config(self, model: nn.Module) -> DataConfig:
+        """The input the model takes: its size and how a photo is fitted into it."""
+
+    def num_classes(self, model: nn.Module) -> int | None:
+        """The classes its head scores (torchvision's two-stage and SSD heads count a background class)."""
+
+    def head_key(self, model: nn.Module) -> str | None:
+        """The state-dict key of the head's class weight, whose rows are classes (times anchors)."""
+
+    def default_layers(self, model: nn.Module) -> list[str]:
+        """The feature maps the detection heads read, one per pyramid level."""
+
+
+class TorchvisionDetectors:
+    """torchvision.models.detection: Faster/Mask R-CNN, RetinaNet, FCOS, SSD and SSDlite, by name or built by the user."""
+
+    name = "torchvision"
+    CLASSES = ("GeneralizedRCNN", "RetinaNet", "FCOS", "SSD")
+
+    def accepts(self, model: nn.Module) -> bool:
+        return any(
+            cls.__name__ in self.CLASSES and cls.__module__.startswith("torchvision.models.detection") for cls in type(model).__mro__
+        )
+
+    def read(self, output: Any, model_name: str) -> list[Detections]:
+        """torchvision's eval-mode result: one dict of boxes, labels and scores per image."""
+        if not isinstance(output, (list, tuple)) or not all(isinstance(o, dict) and {"boxes", "scores", "labels"} <= o.keys() for o in output):
+            raise ModelError(f"{model_name} did not return torchvision's detections (a list of dicts of boxes, scores, labels)")
+        return [Detections(o["boxes"], o["scores"], o["labels"]) for o in output]
+
+    def data_config(self, model: nn.Module) -> DataConfig:
+        """A square of the transform's short side, the photo letterboxed into it (its transform keeps that size);
+        SSD's fixed size, stretched as its own transform stretches."""
+        transform = getattr(model, "transform", None)
+        fixed = getattr(transform, "fixed_size", None)
+        if fixed:
+            return DataConfig((int(fixed[0]), int(fixed[1])), UNIT_MEAN, UNIT_STD)
+        sizes = getattr(transform, "min_size", None) or (800,)
+        side = int(sizes[-1])
+        return DataConfig((side, side), UNIT_MEAN, UNIT_STD, fit="letterbox")
+
+    def num_classes(self, model: nn.Module) -> int | None:
+        predictor = getattr(getattr(model, "roi_heads", None), "box_predictor", None)
+        if predictor is not None and hasattr(predictor, "cls_score"):
+            return int(predictor.cls_score.out_features)
+        head = getattr(getattr(model, "head", None), "classification_head", None)
+        count = getattr(head, "num_classes", None) or getattr(head, "num_columns", None)
+        return int(count) if count else None
+
+    def head_key(self, model: nn.Module) -> str | None:
+        if getattr(getattr(model, "roi_heads", None), "box_predictor", None) is not None:
+            return "roi_heads.box_predictor.cls_score.weight"
+        names = [name for name, _ in model.named_parameters() if name.startswith("head.classification_head.")]
+        first = [n for n in names if n.endswith("weight") and ("cls_logits" in n or ".module_list.0." in n)]
+        return first[-1] if first else None
+
+    def default_layers(self, model: nn.Module) -> list[str]:
+        """Each output of the feature pyramid (its layer blocks, and P6/P7 where the model adds them); SSD's feature
+        maps in the order its head reads them; else the backbone's output."""
+        modules = dict(model.named_modules())
+        fpn = next((name for name, module in modules.items() if type(module).__name__ == "FeaturePyramidNetwork"), None)
+        if fpn is not None:
+            blocks = [f"{fpn}.layer_blocks.{i}" for i in range(len(modules[f"{fpn}.layer_blocks"]))]
+            extra = [f"{fpn}.extra_blocks.{p}" for p in ("p6", "p7") if f"{fpn}.extra_blocks.{p}" in modules]
+            return blocks + extra
+        backbone = modules.get("backbone")
+        features, extra = getattr(backbone, "features", None), getattr(backbone, "extra", None)
+        if isinstance(features, nn.Sequential) and isinstance(extra, nn.ModuleList):
+            levels = ["backbone.features"]
+            if type(backbone).__name__.startswith("SSDLite"):
+                levels = [f"backbone.features.{i}" for i in range(len(features))]
+            return levels + [f"backbone.extra.{i}" for i in range(len(extra))]
+        return ["backbone"]
+
+
+FAMILIES: tuple[DetectorFamily, ...] = (TorchvisionDetectors(),)
+
+
+def detector_family(model: nn.Module) -> DetectorFamily | None:
+    """The family a detector belongs to; None for a model that is no detector any family knows."""
+    return next((family for family in FAMILIES if family.accepts(model)), None)
+
+
+def checkpoint_classes(family: DetectorFamily, model: nn.Module, state: dict[str, torch.Tensor]) -> int | None:
+    """The class count a detector checkpoint's head was trained for: its class weight's rows over the anchors per
+    location this model has (None where the checkpoint has no such weight or it does not fit)."""
+    key, own_classes = family.head_key(model), family.num_classes(model)
+    own = dict(model.named_parameters()).get(key) if key else None
+    weight = state.get(key) if key else None
+    if own is None or weight is None or not own_classes or tuple(weight.shape[1:]) != tuple(own.shape[1:]):
+        return None
+    anchors = int(own.shape[0]) // own_classes
+    rows = int(weight.shape[0])
+    return rows // anchors if anchors and rows % anchors == 0 else None

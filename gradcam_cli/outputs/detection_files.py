@@ -1,0 +1,142 @@
+"""A detector's files and record: every kept box over its own map, one overlay per detection with ⟨each⟩.
+
+The picture of an image shows each detection's map inside its own box,
+renormalised there (a weak object's evidence is as visible as a strong one's),
+every box drawn in its colour with class and score. `--each` adds
+`NAME.EXT.METHOD.detN.png`: detection N's whole map with only its box, so the
+evidence it draws from outside its box shows too. The record lists each
+detection with its box in the photo's pixels and two localisation figures of
+its map: the share of its energy inside the box, and whether its peak is in it.
+Maps are put back on the photo one at a time, so memory holds one map, not twenty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePath
+from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+
+import numpy as np
+
+from gradcam_cli.geometry import Geometry, boxes_to_original, map_to_original
+from gradcam_cli.outputs.boxes import DrawnBox, draw_boxes
+from gradcam_cli.outputs.files import Folders, write_atomic
+from gradcam_cli.outputs.naming import OutputNamer
+from gradcam_cli.outputs.picture import draw
+from gradcam_cli.outputs.records import DetectionRecord, ImageRecord
+from gradcam_cli.outputs.render import encode_png
+from gradcam_cli.outputs.provenance import Provenance
+from gradcam_cli.maps import normalise
+from gradcam_cli.timings import stamp
+from gradcam_cli.vocab import Colormap, Style
+
+if TYPE_CHECKING:
+    from gradcam_cli.maps import CamBatch
+
+
+class Pictures(Protocol):
+    """What the run's writer (outputs/writer.py) lends this module: names, stamps and how pictures are drawn."""
+
+    namer: OutputNamer
+    provenance: Provenance
+    folders: Folders
+    class_names: Sequence[str] | None
+    context: dict[str, Any]
+    colormap: Colormap
+    alpha: float
+    style: Style
+    caption: bool
+    raw_norm: bool
+    each: bool
+
+    def stamped(self, png: bytes) -> bytes: ...
+
+
+def detection_path(namer: OutputNamer, base: PurePath, rank: int) -> Path:
+    """`NAME.EXT.METHOD.detN.png` beside the image's picture."""
+    overlay, _, _ = namer.paths(base, None, False)
+    return overlay.with_name(overlay.name[: -len(".png")] + f".det{rank}.png")
+
+
+def label_of(names: Sequence[str] | None, index: int, score: float) -> str:
+    name = names[index] if names and 0 <= index < len(names) else f"class {index}"
+    return f"{name} {score:.2f}"
+
+
+def write_detections(out: Pictures, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, base: PurePath) -> ImageRecord:
+    """This image's picture (and with ⟨each⟩ one per detection) and its record."""
+    assert cams.found is not None
+    found = cams.found[row]
+    ranks = cams.ranks(row)
+    boxes = boxes_to_original(found.boxes, geometry).tolist() if len(found) else []
+    picture, _, _ = out.namer.paths(base, None, False)
+    out.provenance.claim(picture)
+    out.folders.prepare(picture.parent)
+    shown = np.zeros(image.shape[:2], np.float32)  # each map renormalised inside its own box
+    records, drawn = [], []
+    for k in ranks:
+        cam = map_to_original(normalise(cams.maps[row, k])[0] if out.raw_norm else cams.maps[row, k], geometry)
+        index, score = int(found.labels[k]), float(found.scores[k])
+        box = DrawnBox(tuple(boxes[k]), label_of(out.class_names, index, score), k)
+        inside, energy, peak = _in_box(cam, boxes[k])
+        if inside is not None:
+            x1, y1, x2, y2 = _pixels(boxes[k], cam.shape)
+            np.maximum(shown[y1:y2, x1:x2], inside, out=shown[y1:y2, x1:x2])
+        each = _write_each(out, image, cam, box, base, k) if out.each else None
+        records.append(
+            DetectionRecord(
+                rank=k, box=[round(v, 2) for v in boxes[k]], class_index=index,
+                class_name=out.class_names[index] if out.class_names and 0 <= index < len(out.class_names) else None,
+                score=round(score, 6), blank=bool(cams.blank[row, k]), energy_in_box=energy, peak_in_box=peak,
+                overlay=str(each) if each else None,
+            )  # fmt: skip
+        )
+        drawn.append(box)
+    caption = f"{len(records)} detection{'s' * (len(records) != 1)}  {out.context['method']} @ {', '.join(out.context['layers'])}"
+    _write_picture(out, picture, image, shown, drawn, caption if out.caption else None)
+    return ImageRecord(
+        input=str(path), ok=True, width=int(image.shape[1]), height=int(image.shape[0]),
+        outputs=[str(picture)] + [r.overlay for r in records if r.overlay], detections=records, **out.context,
+    )  # fmt: skip
+
+
+def _pixels(box: list[float], shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """A box's pixels: every pixel it covers at least partly, inside the picture."""
+    height, width = shape[-2:]
+    x1, y1 = max(0, int(np.floor(box[0]))), max(0, int(np.floor(box[1])))
+    x2, y2 = min(width, max(x1 + 1, int(np.ceil(box[2])))), min(height, max(y1 + 1, int(np.ceil(box[3]))))
+    return x1, y1, x2, y2
+
+
+def _in_box(cam: np.ndarray, box: list[float]) -> tuple[np.ndarray | None, float | None, bool | None]:
+    """The map inside its box renormalised there, the share of its energy in the box, and whether its peak is in it."""
+    total = float(cam.sum())
+    x1, y1, x2, y2 = _pixels(box, cam.shape)
+    region = cam[y1:y2, x1:x2]
+    if total <= 0 or region.size == 0:
+        return None, None, None
+    low, high = float(region.min()), float(region.max())
+    inside = (region - low) / (high - low) if high > low else np.zeros_like(region)
+    peak_y, peak_x = np.unravel_index(int(np.argmax(cam)), cam.shape)
+    peak = bool(y1 <= peak_y < y2 and x1 <= peak_x < x2)
+    return inside.astype(np.float32), round(float(region.sum()) / total, 6), peak
+
+
+def _write_each(out: Pictures, image: np.ndarray, cam: np.ndarray, box: DrawnBox, base: PurePath, rank: int) -> Path:
+    """One detection's whole map with only its box."""
+    path = detection_path(out.namer, base, rank)
+    out.provenance.claim(path)
+    _write_picture(out, path, image, cam, [box], None)
+    return path
+
+
+def _write_picture(out: Pictures, path: Path, image: np.ndarray, shown: np.ndarray, boxes: list[DrawnBox], caption: str | None) -> None:
+    """The map in the run's style, the boxes over it, the caption under it; stamped and written atomically."""
+    rgb = draw(image, shown, style=out.style, colormap=out.colormap, alpha=out.alpha)
+    rgb = draw_boxes(rgb, boxes)
+    if caption:
+        from gradcam_cli.outputs.picture import captioned
+
+        rgb = captioned(rgb, caption, None, out.colormap)
+    write_atomic(path, out.stamped(encode_png(rgb)))
+    stamp("written")

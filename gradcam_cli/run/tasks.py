@@ -1,0 +1,151 @@
+"""What a model does, and so what its maps explain: a task behind one seam, as a hub is behind ModelSource.
+
+A task says, for a prepared run: its default layers, the targets read from
+the model's output (cams/targets.py for classes, cams/detections.py for
+detected objects), how several layers combine by default, what its records call
+the target, and which options do not apply to it (one line each). The engine,
+the batches, resume and the writing ask the task and never branch on it;
+the pictures and records of each task are written by its own module in
+outputs/ (outputs/writer.py, outputs/detection_files.py). Segmentation,
+prompts and references are the next tasks behind it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from gradcam_cli.cams.detections import DEFAULT_MAX_DETECTIONS, DEFAULT_SCORE_THRESHOLD, DetectionTargets
+from gradcam_cli.cams.methods import CamMethod, MethodKind
+from gradcam_cli.cams.targets import TargetChoice, Targets, parse_class, target_choice
+from gradcam_cli.errors import UsageError
+from gradcam_cli.layers.defaults import default_layer_paths
+from gradcam_cli.model.load import LoadedModel
+from gradcam_cli.settings import ExplainSettings
+from gradcam_cli.vocab import Combine, Method, TargetKind, Task
+
+
+class RunTask(Protocol):
+    """One task's part in preparing a run."""
+
+    name: Task
+    combine: Combine  # how several layers' maps merge unless ⟨combine⟩ says
+    method: Method  # the CAM method unless ⟨method⟩ says
+
+    def check(self, settings: ExplainSettings, method: CamMethod) -> None:
+        """Refuse, in one line, the options and methods that do not apply to this task."""
+
+    def layers(self, loaded: LoadedModel) -> list[str]:
+        """The default target layers."""
+
+    def targets(self, settings: ExplainSettings, loaded: LoadedModel, outputs: int | None, warn: Callable[[str], None]) -> Targets:
+        """What each batch's maps explain."""
+
+    def kind(self, settings: ExplainSettings, targets: Targets, outputs: int | None) -> TargetKind:
+        """What one map explains, as records say it, and so how its score reads as a probability."""
+
+
+class ClassifyTask:
+    """A classifier: one map per chosen class (top-1, named, top K, labels above a threshold, a regression value)."""
+
+    name = Task.classify
+    combine = Combine.mean
+    method = Method.gradcam
+
+    def check(self, settings: ExplainSettings, method: CamMethod) -> None:
+        target = settings.target
+        given = [name for name in ("score_threshold", "max_detections") if getattr(target, name) is not None]
+        given += ["each"] if settings.outputs.each else []
+        if given:
+            raise UsageError(f"⟨{given[0]}⟩ applies to detectors; this model is a classifier (it returns class scores, not boxes)")
+
+    def layers(self, loaded: LoadedModel) -> list[str]:
+        return default_layer_paths(loaded.model, loaded.arch, loaded.source, input_hw=loaded.data_config.input_hw)
+
+    def targets(self, settings: ExplainSettings, loaded: LoadedModel, outputs: int | None, warn: Callable[[str], None]) -> Targets:
+        """The classes, labels or output value each map explains, as the target options ask."""
+        target = settings.target
+        chosen = target_choice(
+            target.classes, target.topk, loaded.class_names, multilabel=target.multilabel, threshold=target.threshold,
+            output_index=target.output_index,
+        )  # fmt: skip
+        if outputs is not None:
+            chosen.check(outputs)  # before any image is read, where the model says its width
+        return _fit_topk(chosen, outputs, warn)
+
+    def kind(self, settings: ExplainSettings, targets: Targets, outputs: int | None) -> TargetKind:
+        """A class of a softmax, a single logit (binary), independent labels, or a regression's raw value."""
+        if isinstance(targets, TargetChoice) and targets.regression:
+            return TargetKind.regression
+        if settings.target.multilabel:
+            return TargetKind.multilabel
+        return TargetKind.binary if outputs == 1 else TargetKind.single_class
+
+
+def _fit_topk(targets: TargetChoice, classes: int | None, warn: Callable[[str], None]) -> TargetChoice:
+    """--topk above the number of classes explains every class, and says so once."""
+    if classes is None or targets.classes or targets.by_threshold or targets.topk <= classes:
+        return targets
+    warn(f"⟨topk={targets.topk}⟩: the model has only {classes} classes; explaining all {classes}")
+    return TargetChoice(topk=classes)
+
+
+class DetectTask:
+    """A detector: one map per kept detection, the gradient of that detection's own class score."""
+
+    name = Task.detect
+    combine = Combine.sum
+    # gradcam pools each channel's gradient over the whole map, so one object's map lights every object alike (on the
+    # example detector its peak fell in its own box for 39% of detections); hirescam keeps the gradient where it is (100%)
+    method = Method.hirescam
+
+    def check(self, settings: ExplainSettings, method: CamMethod) -> None:
+        target, maps = settings.target, settings.maps
+        refused = [
+            (target.topk > 1, "⟨topk⟩ picks classes of a classifier; a detector's maps are its detections (see ⟨max_detections⟩)"),
+            (target.multilabel or target.threshold is not None, "⟨multilabel⟩ and ⟨threshold⟩ are a classifier's; a detector keeps "
+             "detections by ⟨score_threshold⟩"),
+            (target.output_index is not None, "⟨output_index⟩ explains a regression output; a detector returns boxes"),
+            (maps.aug_smooth, "⟨aug_smooth⟩ does not apply to detectors: its mirrored and zoomed views move the boxes"),
+            (settings.inputs.crop, "⟨crop⟩ does not apply to detectors: the whole photo is letterboxed into the input"),
+            (method.kind is MethodKind.PERTURBATION, f"{method.name} does not apply to detectors yet: its masked forwards "
+             "would each need their detections matched again; use ⟨method=gradcam⟩ or a gradient-free ⟨method=eigencam⟩"),
+        ]  # fmt: skip
+        for wrong, message in refused:
+            if wrong:
+                raise UsageError(message)
+
+    def layers(self, loaded: LoadedModel) -> list[str]:
+        assert loaded.detector is not None
+        return loaded.detector.default_layers(loaded.model)
+
+    def targets(self, settings: ExplainSettings, loaded: LoadedModel, outputs: int | None, warn: Callable[[str], None]) -> Targets:
+        assert loaded.detector is not None
+        target = settings.target
+        classes = tuple(parse_class(value, loaded.class_names) for value in target.classes)
+        bad = [c for c in classes if outputs is not None and not 0 <= c < outputs]
+        if bad:
+            raise UsageError(f"class index {bad[0]} is out of range; the detector has {outputs} classes (0..{outputs - 1})")
+        return DetectionTargets(
+            loaded.detector,
+            score_threshold=DEFAULT_SCORE_THRESHOLD if target.score_threshold is None else target.score_threshold,
+            max_detections=target.max_detections or DEFAULT_MAX_DETECTIONS,
+            classes=classes,
+        )
+
+    def kind(self, settings: ExplainSettings, targets: Targets, outputs: int | None) -> TargetKind:
+        return TargetKind.detection
+
+
+TASKS: dict[Task, RunTask] = {Task.classify: ClassifyTask(), Task.detect: DetectTask()}
+
+WHAT_IT_DOES = {Task.classify: "a classifier (it returns class scores, not boxes)", Task.detect: "a detector (it returns boxes)"}
+
+
+def task_for(settings: ExplainSettings, loaded: LoadedModel) -> RunTask:
+    """The model's own task; ⟨task⟩ only confirms it (a model cannot do what its output does not say)."""
+    found = Task(loaded.found_task)
+    asked = settings.target.task
+    if asked is not None and asked is not found:
+        raise UsageError(f"⟨task={asked.value}⟩: {loaded.name} is {WHAT_IT_DOES[found]}; leave ⟨task⟩ out or name a model that does it")
+    return TASKS[found]
