@@ -14,6 +14,8 @@ too); Ultralytics and transformers follow behind the same protocol.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,6 +70,10 @@ class DetectorFamily(Protocol):
 
     def default_layers(self, model: nn.Module) -> list[str]:
         """The feature maps the detection heads read, one per pyramid level."""
+
+    def every_candidate(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        """While inside, the model's forward returns every candidate it scored (no score threshold, no suppression, no
+        cap), each with its score for its class: where a missed object's best candidate is found."""
 
 
 class TorchvisionDetectors:
@@ -130,6 +136,22 @@ class TorchvisionDetectors:
                 levels = [f"backbone.features.{i}" for i in range(len(features))]
             return levels + [f"backbone.extra.{i}" for i in range(len(extra))]
         return ["backbone"]
+
+    # the postprocessing's knobs, on the model (RetinaNet, FCOS, SSD) or its roi_heads (R-CNN), and their open values
+    OPEN = (("score_thresh", 0.0), ("nms_thresh", 1.0), ("detections_per_img", 1_000_000))
+
+    @contextlib.contextmanager
+    def every_candidate(self, model: nn.Module) -> Iterator[None]:
+        """The score threshold at 0, NMS at IoU 1 (nothing suppressed), no cap; restored on the way out."""
+        owners = [owner for owner in (model, getattr(model, "roi_heads", None)) if owner is not None]
+        saved = [(owner, name, getattr(owner, name)) for owner in owners for name, _ in self.OPEN if hasattr(owner, name)]
+        try:
+            for owner, name, _ in saved:
+                setattr(owner, name, dict(self.OPEN)[name])
+            yield
+        finally:
+            for owner, name, value in saved:
+                setattr(owner, name, value)
 
 
 FAMILIES: tuple[DetectorFamily, ...] = (TorchvisionDetectors(),)

@@ -62,6 +62,32 @@ class DetectionRecord:
     energy_in_box: float | None = None  # the share of its map's energy inside its box (None: a blank map)
     peak_in_box: bool | None = None  # whether its map's peak falls in its box (the pointing game)
     overlay: str | None = None  # ⟨each⟩: its own picture
+    match: str | None = None  # with ⟨truth⟩: "tp" (it matches a true box of its class at ⟨iou⟩) or "fp"; None: no truth
+    iou: float | None = None  # with ⟨truth⟩: its IoU with the true box it matched, else with the best true box of its class
+
+    def __post_init__(self) -> None:
+        _utf8_fields(self, ("class_name", "overlay"))
+
+
+@dataclass(frozen=True)
+class MissedRecord:
+    """A true object no kept detection matched (a false negative), and what the model saw there instead.
+
+    Its map explains the score for the true class of the candidate (box, anchor or query) that overlaps the true box
+    best, before the score threshold and non-maximum suppression.
+    """
+
+    rank: int  # its place among the image's missed objects (the `.missN` of its overlay)
+    box: list[float]  # the true box, x1, y1, x2, y2 in the photo's pixels
+    class_index: int | None  # the true class among the model's classes (None: the model lacks it; no map)
+    class_name: str | None
+    candidate_box: list[float] | None = None  # the best-overlapping candidate of the true class (None: the model had none)
+    candidate_score: float | None = None  # its score for the true class: how far below ⟨score_threshold⟩ it stayed
+    candidate_iou: float | None = None  # its IoU with the true box
+    blank: bool | None = None
+    energy_in_box: float | None = None  # the share of its map's energy inside the true box
+    peak_in_box: bool | None = None
+    overlay: str | None = None  # ⟨each⟩: its own picture
 
     def __post_init__(self) -> None:
         _utf8_fields(self, ("class_name", "overlay"))
@@ -94,6 +120,7 @@ class ImageRecord:
     targets: list[TargetRecord] = field(default_factory=list)
     topk: list[dict[str, Any]] = field(default_factory=list)
     detections: list[DetectionRecord] | None = None  # a detector's kept detections, each with its map (None: a classifier)
+    missed: list[MissedRecord] | None = None  # with ⟨truth⟩, a detector's missed true objects, each with its map
     settings: dict[str, Any] = field(default_factory=dict)
     stamp: str | None = None  # the hash of what made the pictures, which each carries (outputs/provenance.py)
 
@@ -114,11 +141,12 @@ class ImageRecord:
     def from_json(cls, text: str) -> ImageRecord:
         """A record as to_json() wrote it (a Ray actor's, read back by the driver)."""
         data = json.loads(text)
-        detections = data.get("detections")
+        detections, missed = data.get("detections"), data.get("missed")
         return cls(**{
             **data,
             "targets": [TargetRecord(**target) for target in data.get("targets", [])],
             "detections": None if detections is None else [DetectionRecord(**found) for found in detections],
+            "missed": None if missed is None else [MissedRecord(**lost) for lost in missed],
         })  # fmt: skip
 
     def blank_targets(self) -> list[TargetRecord]:
