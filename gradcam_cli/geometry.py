@@ -88,6 +88,20 @@ def boxes_to_original(boxes: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     return torch.stack([out[:, 0].clamp(0, width), out[:, 1].clamp(0, height), out[:, 2].clamp(0, width), out[:, 3].clamp(0, height)], 1)
 
 
+def boxes_to_input(boxes: torch.Tensor, geometry: Geometry) -> torch.Tensor:
+    """Boxes (K, 4) in the photo's pixels → the input's pixels (the inverse of boxes_to_original, without clipping)."""
+    x0, y0, x1, y1 = geometry.box
+    in_h, in_w = geometry.input_hw
+    scale = boxes.new_tensor([(x1 - x0) / in_w, (y1 - y0) / in_h] * 2)
+    return (boxes.float() - boxes.new_tensor([x0, y0] * 2)) / scale
+
+
+def input_pixel(geometry: Geometry) -> tuple[float, float]:
+    """The width and height of one input pixel in the photo's pixels."""
+    x0, y0, x1, y1 = geometry.box
+    return (x1 - x0) / geometry.input_hw[1], (y1 - y0) / geometry.input_hw[0]
+
+
 def to_input_array(image: np.ndarray, geometry: Geometry, config: DataConfig) -> np.ndarray:
     """RGB uint8 H×W×3 → float32 3×h×w, normalised with the model's mean and std."""
     from PIL import Image

@@ -239,12 +239,20 @@ OPTIONS: tuple[Option, ...] = (
            doc="write over outputs that another run made under the same names (another model, weights, method, layers, target, "
                "map or picture settings, as each picture's stamp or the folder's records say); without it such a run stops "
                "with one line before replacing one"),
-    Option(name="truth", flags=("--truth",), kind=Path, default=None, group="inputs", metavar="FILE.csv", path=True,
-           help="Ground truth as `path,class` rows; without it, an image's folder named after a class (val/<class>/x.jpg) is its truth.",
-           doc="ground truth, a CSV file of `path,class` rows (class by name or index; relative paths from the file's folder "
-               "or the current one; a bare file name matches when unique). Without it, an image in a folder named after one "
-               "of the model's classes (`val/<class name>/img.jpg`, the ImageFolder layout; ImageNet's `n01440764` ids too) "
-               "has that class as its truth. Records then carry `true_class`, `true_index` and `correct`"),
+    Option(name="truth", flags=("--truth",), kind=Path, default=None, group="inputs", metavar="FILE", path=True,
+           help="Ground truth: `path,class` rows (classifiers); COCO JSON, a folder of YOLO labels or `path,class,x1,y1,x2,y2` "
+                "rows (detectors). Without it, an image's folder named after a class (val/<class>/x.jpg) is its truth.",
+           doc="ground truth. A classifier's: a CSV file of `path,class` rows (class by name or index; relative paths from "
+               "the file's folder or the current one; a bare file name matches when unique); without it, an image in a "
+               "folder named after one of the model's classes (`val/<class name>/img.jpg`, the ImageFolder layout; ImageNet's "
+               "`n01440764` ids too) has that class as its truth, and records carry `true_class`, `true_index` and "
+               "`correct`. A detector's: COCO JSON (`instances_*.json`), a folder of YOLO `.txt` labels, or a CSV of "
+               "`path,class,x1,y1,x2,y2` rows; each detection is then `tp` or `fp` and each missed object is explained "
+               "(see [Detectors](#detectors))"),
+    Option(name="iou", flags=("--iou",), kind=float, default=0.5, group="inputs", metavar="T", minimum=0, maximum=1,
+           help="Detectors with --truth: the IoU a detection needs with a true box of its class to match it (default 0.5).",
+           doc="a detector with `--truth`: the IoU a detection needs with a true box of its class to be a true positive "
+               "(default 0.5; matched greedily by score, as COCO's evaluation does)"),
     Option(name="report", flags=("--report",), kind=bool, default=False, group="outputs",
            help="At the end (also after Ctrl-C), build the HTML report of the output folder (as `gradcam report DIR`).",
            doc="at the end of the run, also when it is interrupted, build `DIR/report/index.html` from the output folder's "

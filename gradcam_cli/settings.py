@@ -80,7 +80,8 @@ class InputSettings:
     recursive: bool = False
     crop: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
-    truth: Path | None = None  # a `path,class` CSV file; without one, class folders (val/<class>/img.jpg) say the truth
+    truth: Path | None = None  # a `path,class` CSV file (a detector's: boxes); without one, class folders say the truth
+    iou: float = 0.5  # a detector's: the IoU a detection needs with a true box to match it
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,7 +17,7 @@ PACKAGE = ROOT / "gradcam_cli"
 TOP = "__init__"  # the package's own `__init__`: what `import gradcam_cli` and `from gradcam_cli import NAME` run
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "vocab", "values", "option_table", "settings", "model.state", "version", "timings"}),
+    ("leaves", {"errors", "vocab", "values", "option_table", "settings", "model.state", "version", "timings", "found"}),
     ("models", {"model", "model.*"}),
     ("tensors and pixels", {"layout", "geometry", "maps"}),
     ("layers", {"layers", "layers.*"}),
@@ -147,7 +147,7 @@ def test_imports_only_point_down_the_layers() -> None:
 # cams.methods.base is there for the method names in output file names (until they come from vocab); timings for
 # the stamp of the first picture written.
 FILES_MAY_IMPORT = {
-    "errors", "vocab", "values", "option_table", "settings", "geometry", "maps", "layout", "cams.methods.base", "timings"
+    "errors", "vocab", "values", "option_table", "settings", "geometry", "maps", "layout", "cams.methods.base", "timings", "found"
 }  # fmt: skip
 
 

@@ -11,13 +11,16 @@ forward and one batched backward give every detection of the batch its map.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch import nn
 
 from gradcam_cli.cams.targets import Reading
-from gradcam_cli.model.detectors import DetectorFamily, Detections
+from gradcam_cli.found import Candidate, Detections
+from gradcam_cli.model.detectors import DetectorFamily
 
 DEFAULT_SCORE_THRESHOLD = 0.5
 DEFAULT_MAX_DETECTIONS = 20
@@ -36,6 +39,9 @@ class DetectionTargets:
     def count(self) -> int:
         """The most ranks an image can have."""
         return self.max_detections
+
+    def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        return contextlib.nullcontext()
 
     def kept(self, found: Detections) -> Detections:
         """One image's detections that are explained, highest score first."""
@@ -67,3 +73,75 @@ class DetectionTargets:
             chosen=chosen,
             found=[Detections(f.boxes.detach(), f.scores.detach(), f.labels.detach()) for f in per_image],
         )
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A true object no kept detection matched: its box in the input's pixels and its class among the model's."""
+
+    box: tuple[float, float, float, float]
+    class_index: int
+
+
+@dataclass(frozen=True)
+class MissedTargets:
+    """The missed objects of a batch's images: each one's target is the score for its true class of the candidate
+    that overlaps it best, among every candidate the model scored (its postprocessing opened: no threshold, no NMS).
+
+    IoU is taken in the photo's pixels (`scales`: per image, the input pixel's width and height there), as the
+    matching is, so a stretched input (SSD) chooses the same candidate the photo would.
+    """
+
+    family: DetectorFamily
+    lost: tuple[tuple[Lost, ...], ...]  # per image of the batch
+    scales: tuple[tuple[float, float], ...]  # per image: (x, y) size of an input pixel in the photo
+
+    @property
+    def count(self) -> int:
+        return max((len(lost) for lost in self.lost), default=0)
+
+    def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        return self.family.every_candidate(model)
+
+    def read(self, output: Any, model_name: str = "the model") -> Reading:
+        """Per image, per lost object: its best candidate's score for its class (K ranks, unchosen where none)."""
+        per_image = self.family.read(output, model_name)
+        rows, classes, found = [], [], []
+        for candidates, lost, scale in zip(per_image, self.lost, self.scales):
+            picked = [_best(candidates, one, scale) for one in lost]
+            rows.append([score for score, _ in picked])
+            classes.append([one.class_index for one in lost])
+            found.append([candidate for _, candidate in picked])
+        return _ranked(rows, classes, found, per_image)
+
+
+def _best(candidates: Detections, lost: Lost, scale: tuple[float, float]) -> tuple[torch.Tensor | None, Candidate | None]:
+    """The lost object's best-overlapping candidate of its class, and its score in the graph (None: no candidate)."""
+    from torchvision.ops import box_iou
+
+    mine = (candidates.labels == lost.class_index).nonzero().flatten()
+    if not len(mine):
+        return None, None
+    stretch = candidates.boxes.new_tensor([scale[0], scale[1]] * 2)
+    true = candidates.boxes.new_tensor([lost.box]) * stretch
+    ious = box_iou(true, candidates.boxes.detach()[mine].float() * stretch)[0]
+    best = int(ious.argmax())
+    index = int(mine[best])
+    box = tuple(float(v) for v in candidates.boxes[index].detach())
+    return candidates.scores[index], Candidate(box, float(candidates.scores[index].detach()), float(ious[best]))  # type: ignore[arg-type]
+
+
+def _ranked(rows: list[list[torch.Tensor | None]], classes: list[list[int]], found: list[list[Any]], per_image: list[Detections]) -> Reading:
+    """Per-image scores (some missing) as a (N, K) reading: a missing one is a constant zero, its rank unchosen."""
+    n = len(rows)
+    device = per_image[0].scores.device if per_image else torch.device("cpu")
+    ranks = max((len(row) for row in rows), default=0) if any(s is not None for row in rows for s in row) else 0
+    zero = torch.zeros((), device=device)
+    scores = [torch.stack([(row[k] if k < len(row) and row[k] is not None else zero) for k in range(ranks)]) for row in rows]
+    chosen = torch.tensor([[k < len(row) and row[k] is not None for k in range(ranks)] for row in rows], dtype=torch.bool)
+    targets = torch.tensor([[row[k] if k < len(row) else 0 for k in range(ranks)] for row in classes], dtype=torch.long)
+    stacked = torch.stack(scores) if ranks else torch.zeros((n, 0), device=device)
+    return Reading(
+        scores=stacked, targets=targets.reshape(n, ranks), logits=stacked.detach(), chosen=chosen.reshape(n, ranks).to(device),
+        found=found,
+    )  # fmt: skip

@@ -106,7 +106,7 @@ def _run_gradient(job: _Job) -> CamBatch:
         LayerRecorder(job.model, list(job.layers), job.model_name, input_grad=method.guided) as recorder,
         guided_backprop(method.guided) as guide,
     ):
-        with job.autocast():
+        with job.targets.forwarding(job.model), job.autocast():
             reading = job.read(recorder.forward(job.x))
         scores = reading.scores
         activations = recorder.activations()
@@ -169,7 +169,11 @@ def _perturbation_raws(
 def _run_forward_only(job: _Job) -> CamBatch:
     """Gradient-free methods: one forward that builds no graph, then the method's own forwards, if any."""
     with torch.inference_mode():
-        with LayerRecorder(job.model, list(job.layers), job.model_name, graph=False) as recorder, job.autocast():
+        with (
+            LayerRecorder(job.model, list(job.layers), job.model_name, graph=False) as recorder,
+            job.autocast(),
+            job.targets.forwarding(job.model),
+        ):
             reading = job.read(recorder.forward(job.x))
             activations = recorder.activations()
         logits, chosen = reading.logits, reading.targets
@@ -192,7 +196,7 @@ def _run_network(job: _Job) -> CamBatch:
     """Whole-network methods: gradients at the input and at every layer the method picks."""
     hooked = job.method.network_layers(job.model)  # type: ignore[misc]
     with LayerRecorder(job.model, hooked, job.model_name, strict=False, input_grad=True) as recorder:
-        with job.autocast():
+        with job.targets.forwarding(job.model), job.autocast():
             reading = job.read(recorder.forward(job.x))
         ranks = reading.scores.shape[1]
         finite = finite_rows(reading.logits.detach())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from dataclasses import dataclass
 from collections.abc import Sequence
@@ -12,6 +13,7 @@ from gradcam_cli.model.state import first_tensor
 from gradcam_cli.values import ClassIndex, class_index, normalised
 
 import torch
+from torch import nn
 
 DEFAULT_THRESHOLD = 0.5  # ⟨multilabel⟩'s labels: a sigmoid of at least this (the option table's doc says it)
 
@@ -40,6 +42,9 @@ class Targets(Protocol):
         """The most ranks one image can have."""
 
     def read(self, output: Any, model_name: str = "the model") -> Reading: ...
+
+    def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        """How the model forwards while these targets are read (a detector's missed objects: every candidate)."""
 
 
 def class_scores(output: Any, model_name: str) -> torch.Tensor:
@@ -102,6 +107,9 @@ class TargetChoice:
 
     def read(self, output: Any, model_name: str = "the model") -> Reading:
         return read_classes(self, output, model_name)
+
+    def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        return contextlib.nullcontext()
 
     def check(self, num_classes: int) -> None:
         """Every named class (or output value) is one the model has."""
@@ -186,3 +194,6 @@ class FixedTargets:
 
     def read(self, output: Any, model_name: str = "the model") -> Reading:
         return read_classes(self, output, model_name)
+
+    def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        return contextlib.nullcontext()

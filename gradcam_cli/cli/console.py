@@ -86,6 +86,8 @@ def human_line(record: Any) -> str:
 def _explained(record: Any) -> str:
     """What the maps explain: `class 281 tabby p=0.930`, `labels 3 dog p=0.91, 7 cat p=0.62`, `output 0 = 3.2`."""
     kind = str(record.target or "")
+    if record.detections is not None:
+        return _detected(record)
     if kind.startswith("regression"):
         return f"output {record.class_index} = {record.score:.4g}"
     if kind.startswith("multilabel"):
@@ -97,6 +99,14 @@ def _explained(record: Any) -> str:
             _class_words(t.class_index, t.class_name, t.probability) for t in record.targets
         )
     return "class " + _class_words(record.class_index, record.class_name, record.probability)
+
+
+def _detected(record: Any) -> str:
+    """A detector's image: `2 detections: star 0.93 (tp), circle 0.92 (tp); missed: circle`."""
+    found = [f"{d.class_name or d.class_index} {d.score:.2f}" + (f" ({d.match})" if d.match else "") for d in record.detections]
+    words = f"{len(found)} detection{'s' * (len(found) != 1)}" + (": " + ", ".join(found) if found else "")
+    missed = [str(m.class_name or m.class_index) for m in record.missed or []]
+    return words + ("; missed: " + ", ".join(missed) if missed else "")
 
 
 def _class_words(index: int, name: str | None, probability: float | None) -> str:

@@ -25,10 +25,16 @@ EMPTY_STDIN = "-: stdin gave no paths; pipe the paths of images to it, one per l
 
 def check_files(settings: ExplainSettings) -> None:
     """The output folder and the truth file, checked as far as they can be without the model."""
-    if settings.inputs.truth is not None:
+    truth = settings.inputs.truth
+    if truth is not None:
+        from gradcam_cli.inputs.detection_truth import holds_boxes, read_detection_truth
         from gradcam_cli.inputs.truth import truth_rows
+        from gradcam_cli.values import ClassIndex
 
-        truth_rows(settings.inputs.truth)  # no such file, not CSV, a row that is not `path,class`: one line now
+        if holds_boxes(truth):
+            read_detection_truth(truth, ClassIndex(None))  # a detector's boxes: a file that is none of its forms, one line now
+        else:
+            truth_rows(truth)  # no such file, not CSV, a row that is not `path,class`: one line now
     check_output_folder(settings.outputs.output_dir)
 
 

@@ -108,6 +108,20 @@ class DetectionTruth:
         return TrueBox(box, written.truth.name, written.truth.index)
 
 
+def holds_boxes(path: Path) -> bool:
+    """Whether a ⟨truth⟩ is a detector's (COCO JSON, a YOLO folder, a CSV whose rows have boxes), not `path,class` rows:
+    the command line checks the one it is before the model loads."""
+    path = Path(path)
+    if path.is_dir() or path.suffix.lower() in (".json", ".txt"):
+        return True
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            rows = [row for _, row in zip(range(50), csv.reader(handle)) if any(cell.strip() for cell in row)]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False  # the classifier's reader says what is wrong with it
+    return any(len(row) >= 6 for row in rows)
+
+
 def read_detection_truth(path: Path, classes: ClassIndex) -> DetectionTruth:
     """A COCO JSON file, a folder of YOLO labels or a CSV of boxes → each image's true boxes; a bad file is one line."""
     path = Path(path)

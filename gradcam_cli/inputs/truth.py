@@ -96,6 +96,11 @@ def truth_rows(path: Path) -> list[tuple[int, str, str]]:
     for number, row in enumerate(_csv_rows(path), start=1):
         if len(row) < 2 or not row[0].strip() or not row[1].strip():
             raise UsageError(f"⟨truth={path}⟩ row {number}: expected `path,class`, got {one_line(','.join(row), 60)!r}")
+        if len(row) >= 6:
+            raise UsageError(
+                f"⟨truth={path}⟩ row {number} holds a box (`path,class,x1,y1,x2,y2`): boxes are a detector's truth, and this "
+                "model is a classifier; give `path,class` rows"
+            )
         class_index(row[1], f"⟨truth={path}⟩ row {number}")
         rows.append((number, row[0].strip(), row[1].strip()))
     return rows

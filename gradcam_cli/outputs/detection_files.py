@@ -17,15 +17,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 
 from gradcam_cli.geometry import Geometry, boxes_to_original, map_to_original
 from gradcam_cli.outputs.boxes import DrawnBox, draw_boxes
 from gradcam_cli.outputs.files import Folders, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.picture import draw
-from gradcam_cli.outputs.records import DetectionRecord, ImageRecord
+from gradcam_cli.outputs.records import DetectionRecord, ImageRecord, MissedRecord
 from gradcam_cli.outputs.render import encode_png
 from gradcam_cli.outputs.provenance import Provenance
+from gradcam_cli.found import Judged
 from gradcam_cli.maps import normalise
 from gradcam_cli.timings import stamp
 from gradcam_cli.vocab import Colormap, Style
@@ -52,51 +54,100 @@ class Pictures(Protocol):
     def stamped(self, png: bytes) -> bytes: ...
 
 
-def detection_path(namer: OutputNamer, base: PurePath, rank: int) -> Path:
-    """`NAME.EXT.METHOD.detN.png` beside the image's picture."""
+def detection_path(namer: OutputNamer, base: PurePath, which: str) -> Path:
+    """`NAME.EXT.METHOD.detN.png` (a detection) or `.missN.png` (a missed object) beside the image's picture."""
     overlay, _, _ = namer.paths(base, None, False)
-    return overlay.with_name(overlay.name[: -len(".png")] + f".det{rank}.png")
+    return overlay.with_name(overlay.name[: -len(".png")] + f".{which}.png")
 
 
 def label_of(names: Sequence[str] | None, index: int, score: float) -> str:
-    name = names[index] if names and 0 <= index < len(names) else f"class {index}"
-    return f"{name} {score:.2f}"
+    return f"{_name(names, index) or f'class {index}'} {score:.2f}"
 
 
 def write_detections(out: Pictures, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, base: PurePath) -> ImageRecord:
-    """This image's picture (and with ⟨each⟩ one per detection) and its record."""
+    """This image's picture (and with ⟨each⟩ one per detection and missed object) and its record."""
     assert cams.found is not None
     found = cams.found[row]
-    ranks = cams.ranks(row)
-    boxes = boxes_to_original(found.boxes, geometry).tolist() if len(found) else []
+    judged = found if isinstance(found, Judged) else None
+    detections = judged.detections if judged is not None else found
     picture, _, _ = out.namer.paths(base, None, False)
     out.provenance.claim(picture)
     out.folders.prepare(picture.parent)
-    shown = np.zeros(image.shape[:2], np.float32)  # each map renormalised inside its own box
-    records, drawn = [], []
-    for k in ranks:
-        cam = map_to_original(normalise(cams.maps[row, k])[0] if out.raw_norm else cams.maps[row, k], geometry)
-        index, score = int(found.labels[k]), float(found.scores[k])
+    canvas = Canvas(np.zeros(image.shape[:2], np.float32), [])  # each map renormalised inside its own box
+    boxes = boxes_to_original(detections.boxes, geometry).tolist() if len(detections) else []
+    records = []
+    for k in cams.ranks(row):
+        cam = _on_photo(out, cams.maps[row, k], geometry)
+        index, score = int(detections.labels[k]), float(detections.scores[k])
         box = DrawnBox(tuple(boxes[k]), label_of(out.class_names, index, score), k)
-        inside, energy, peak = _in_box(cam, boxes[k])
-        if inside is not None:
-            x1, y1, x2, y2 = _pixels(boxes[k], cam.shape)
-            np.maximum(shown[y1:y2, x1:x2], inside, out=shown[y1:y2, x1:x2])
-        each = _write_each(out, image, cam, box, base, k) if out.each else None
+        energy, peak = canvas.add(cam, boxes[k], box)
+        each = _write_each(out, image, cam, box, detection_path(out.namer, base, f"det{k}")) if out.each else None
         records.append(
             DetectionRecord(
-                rank=k, box=[round(v, 2) for v in boxes[k]], class_index=index,
-                class_name=out.class_names[index] if out.class_names and 0 <= index < len(out.class_names) else None,
+                rank=k, box=[round(v, 2) for v in boxes[k]], class_index=index, class_name=_name(out.class_names, index),
                 score=round(score, 6), blank=bool(cams.blank[row, k]), energy_in_box=energy, peak_in_box=peak,
                 overlay=str(each) if each else None,
+                match=None if judged is None else ("tp" if judged.match[k] is not None else "fp"),
+                iou=None if judged is None else round(judged.iou[k], 6),
             )  # fmt: skip
         )
-        drawn.append(box)
-    caption = f"{len(records)} detection{'s' * (len(records) != 1)}  {out.context['method']} @ {', '.join(out.context['layers'])}"
-    _write_picture(out, picture, image, shown, drawn, caption if out.caption else None)
+    missed = [_missed(out, image, geometry, judged, j, canvas, base) for j in range(len(judged.missed))] if judged else None
+    caption = f"{len(records)} detection{'s' * (len(records) != 1)}" + (f", {len(missed)} missed" if missed else "")
+    caption += f"  {out.context['method']} @ {', '.join(out.context['layers'])}"
+    _write_picture(out, picture, image, canvas.shown, canvas.boxes, caption if out.caption else None)
+    written = [r.overlay for r in records if r.overlay] + [m.overlay for m in missed or [] if m.overlay]
     return ImageRecord(
-        input=str(path), ok=True, width=int(image.shape[1]), height=int(image.shape[0]),
-        outputs=[str(picture)] + [r.overlay for r in records if r.overlay], detections=records, **out.context,
+        input=str(path), ok=True, width=int(image.shape[1]), height=int(image.shape[0]), outputs=[str(picture), *written],
+        detections=records, missed=missed, **out.context,
+    )  # fmt: skip
+
+
+class Canvas:
+    """The image's picture as it is built: each object's map inside its own box, and the boxes to draw."""
+
+    def __init__(self, shown: np.ndarray, boxes: list[DrawnBox]) -> None:
+        self.shown, self.boxes = shown, boxes
+
+    def add(self, cam: np.ndarray, box: list[float], drawn: DrawnBox) -> tuple[float | None, bool | None]:
+        """The map put in its box (the brighter where boxes overlap), the box kept; its energy in the box and peak."""
+        inside, energy, peak = _in_box(cam, box)
+        if inside is not None:
+            x1, y1, x2, y2 = _pixels(box, cam.shape)
+            np.maximum(self.shown[y1:y2, x1:x2], inside, out=self.shown[y1:y2, x1:x2])
+        self.boxes.append(drawn)
+        return energy, peak
+
+
+def _on_photo(out: Pictures, cam: torch.Tensor, geometry: Geometry) -> np.ndarray:
+    """A map at the input's size put back on the photo, in [0, 1] for display."""
+    return map_to_original(normalise(cam)[0] if out.raw_norm else cam, geometry)
+
+
+def _name(names: Sequence[str] | None, index: int | None) -> str | None:
+    return names[index] if names and index is not None and 0 <= index < len(names) else None
+
+
+def _missed(out: Pictures, image: np.ndarray, geometry: Geometry, judged: Judged, j: int, canvas: Canvas, base: PurePath) -> MissedRecord:
+    """One missed object: its true box dashed, its candidate's map in it, and its record."""
+    missed = judged.missed[j]
+    box, index, name = judged.truth[missed.truth]
+    candidate = missed.candidate
+    label = f"missed {name}" + (f" {candidate.score:.2f}" if candidate is not None else "")
+    drawn = DrawnBox(tuple(box), label, len(judged.detections) + j, dashed=True)
+    energy = peak = each = None
+    if missed.cam is not None:
+        cam = _on_photo(out, missed.cam, geometry)
+        energy, peak = canvas.add(cam, list(box), drawn)
+        each = _write_each(out, image, cam, drawn, detection_path(out.namer, base, f"miss{j}")) if out.each else None
+    else:
+        canvas.boxes.append(drawn)
+    where = boxes_to_original(torch.tensor([candidate.box]), geometry)[0].tolist() if candidate is not None else None
+    return MissedRecord(
+        rank=j, box=[round(v, 2) for v in box], class_index=index, class_name=_name(out.class_names, index) or name,
+        candidate_box=None if where is None else [round(v, 2) for v in where],
+        candidate_score=None if candidate is None else round(candidate.score, 6),
+        candidate_iou=None if candidate is None else round(candidate.iou, 6),
+        blank=missed.blank, energy_in_box=energy, peak_in_box=peak, overlay=str(each) if each else None,
     )  # fmt: skip
 
 
@@ -122,9 +173,8 @@ def _in_box(cam: np.ndarray, box: list[float]) -> tuple[np.ndarray | None, float
     return inside.astype(np.float32), round(float(region.sum()) / total, 6), peak
 
 
-def _write_each(out: Pictures, image: np.ndarray, cam: np.ndarray, box: DrawnBox, base: PurePath, rank: int) -> Path:
-    """One detection's whole map with only its box."""
-    path = detection_path(out.namer, base, rank)
+def _write_each(out: Pictures, image: np.ndarray, cam: np.ndarray, box: DrawnBox, path: Path) -> Path:
+    """One object's whole map with only its box."""
     out.provenance.claim(path)
     _write_picture(out, path, image, cam, [box], None)
     return path

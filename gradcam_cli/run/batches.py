@@ -19,6 +19,7 @@ import torch
 
 from gradcam_cli.errors import GradcamError
 from gradcam_cli.geometry import Geometry
+from gradcam_cli.inputs.detection_truth import TrueBox
 from gradcam_cli.inputs.sources import Source
 from gradcam_cli.maps import CamBatch
 from gradcam_cli.model.device import free_device_memory, is_out_of_memory
@@ -36,6 +37,7 @@ class Item:
     geometry: Geometry | None = None
     array: np.ndarray | None = None
     error: str | None = None
+    truth: list[TrueBox] | None = None  # a detector's true boxes in the photo's pixels, with ⟨truth⟩
 
     @property
     def skipped(self) -> bool:

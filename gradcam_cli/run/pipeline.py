@@ -20,7 +20,7 @@ from pathlib import Path, PurePath
 import torch
 
 from gradcam_cli.cams.methods import MethodKind
-from gradcam_cli.errors import InputError, OutputError
+from gradcam_cli.errors import GradcamError, InputError, OutputError
 from gradcam_cli.geometry import plan_geometry, to_input_array
 from gradcam_cli.inputs.decode import load_image
 from gradcam_cli.inputs.sources import Source
@@ -31,13 +31,14 @@ from gradcam_cli.outputs.naming import OutputNamer, ensure_writable
 from gradcam_cli.outputs.records import ImageRecord
 from gradcam_cli.outputs.writer import ResultWriter
 from gradcam_cli.run.batches import Batcher, Item
+from gradcam_cli.run.judge import TruthJudge
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.resume import existing_outputs
 from gradcam_cli.run.summary import Summary
 from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.option_table import as_flag, in_flags
-from gradcam_cli.vocab import Norm
+from gradcam_cli.vocab import Norm, TargetKind
 from gradcam_cli.timings import stamp
 
 OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
@@ -61,7 +62,9 @@ class Explainer:
         stamp("ready")
         self.namer = _namer(self.prepared)
         names = self.prepared.loaded.class_names
-        self.truth = load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn)
+        detects = self.prepared.kind is TargetKind.detection  # a detector's truth is boxes, judged per batch (judge.py)
+        self.judge = TruthJudge(self.prepared, settings.inputs.truth, settings.inputs.iou, self.warn) if detects and settings.inputs.truth else None
+        self.truth = None if detects else load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn)
         self.summary = Summary()  # the counts of the last run: read them also when it was stopped part way
         self.workers = settings.run.workers or default_workers(self.prepared.device.type)
         one_by_one = self.prepared.method.kind is MethodKind.PERTURBATION  # minutes per image: each written when done
@@ -115,9 +118,17 @@ class Explainer:
     def _run(self, sources: Iterable[Source], emit: Callable[[ImageRecord], None]) -> Summary:
         summary = self.summary = Summary()
 
+        said_empty = False
+
         def report(record: ImageRecord) -> None:
+            nonlocal said_empty
             record = self._told_truth(record)
             summary.count(record)
+            if record.detections == [] and not said_empty:  # a detector found nothing to explain: said once a run
+                said_empty = True
+                threshold = getattr(self.prepared.targets, "score_threshold", None)
+                self.warn(f"{record.input}: no detection scored {threshold:g} or more; its picture shows no box (and so for "
+                          "any other such image; lower ⟨score_threshold⟩ to explain weaker ones)")
             emit(record)
 
         ensure_writable(self.settings.outputs.output_dir)
@@ -146,7 +157,7 @@ class Explainer:
 
     def _told_truth(self, record: ImageRecord) -> ImageRecord:
         """The record with the input's true class, when the folder layout or the truth file says it."""
-        truth = self.truth.of(Path(record.input))
+        truth = self.truth.of(Path(record.input)) if self.truth is not None else None
         return record.with_truth(truth.name, truth.index) if truth is not None else record
 
     def _named(self, sources: Iterable[Source]) -> Iterator[tuple[Source, PurePath]]:
@@ -185,6 +196,12 @@ class Explainer:
             item.error = error.spelled(as_flag)
             return item
         height, width = item.image.shape[:2]
+        if self.judge is not None:
+            try:
+                item.truth = self.judge.boxes(source.path, (height, width))
+            except GradcamError as error:  # a true box outside its image: this image's error, the others go on
+                item.error = f"{source.path}: {error.spelled(as_flag)}"
+                return item
         config = self.prepared.loaded.data_config
         item.geometry = plan_geometry((height, width), config, crop=self.settings.inputs.crop)
         item.array = to_input_array(item.image, item.geometry, config)
@@ -196,6 +213,8 @@ class Explainer:
         """The maps of a batch computed here; each image's files handed to the pool as soon as its maps are known."""
         ready = [item for item in batch if item.ready]
         results = self.batcher.maps(ready) if ready else iter([])
+        if self.judge is not None and ready:  # the whole batch's maps first: its misses are explained in one forward
+            results = iter(self._judged(ready, list(results)))
         for item in batch:
             if item.existing is not None:
                 yield done(self.writer.skipped_record(item.source.path, [str(p) for p in item.existing]))
@@ -208,6 +227,13 @@ class Explainer:
                     yield pool.submit(self._finish_safely, item, *result)
                     continue
             yield done(self.writer.error_record(item.source.path, item.error))
+
+    def _judged(self, ready: list[Item], results: list[tuple[CamBatch, int] | str]) -> list[tuple[CamBatch, int] | str]:
+        """The batch's detections judged against the truth (judge.py), its missed objects explained."""
+        assert self.judge is not None
+        done = [(item, *result) for item, result in zip(ready, results) if not isinstance(result, str)]
+        self.judge.judge(done)  # type: ignore[arg-type]
+        return results
 
     def _finish_safely(self, item: Item, cams: CamBatch, row: int) -> ImageRecord:
         """In a worker thread: this image's files and record; a failure becomes its error record.

@@ -55,8 +55,9 @@ class PreparedRun:
     def model(self) -> nn.Module:
         return self.loaded.model
 
-    def compute(self, x: torch.Tensor) -> CamBatch:
-        """The maps of a preprocessed batch (N, 3, H, W), computed as the run does (device, memory format)."""
+    def compute(self, x: torch.Tensor, targets: Targets | None = None) -> CamBatch:
+        """The maps of a preprocessed batch (N, 3, H, W), computed as the run does (device, memory format); `targets`
+        for this batch only (a detector's missed objects), else the run's."""
         x = x.to(self.device, non_blocking=True)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
@@ -65,7 +66,7 @@ class PreparedRun:
             x,
             self.layers,
             self.method,
-            self.targets,
+            targets or self.targets,
             options=self.options,
             num_prefix_tokens=self.loaded.num_prefix_tokens,
             grid=self.settings.target.grid,

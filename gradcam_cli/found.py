@@ -1,0 +1,68 @@
+"""What a task found in an image, as results carry it to the writers: a detector's boxes, and their judgement.
+
+A leaf (torch only): the detector families (model/) read their outputs into
+`Detections`, the detection targets (cams/) pick from them, the judge (run/)
+matches them to the truth, and the writers (outputs/) draw them, all without
+importing each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Detections:
+    """One image's detections as the model scored them: boxes (K, 4) x1, y1, x2, y2 in the input's pixels,
+    labels (K,) class indices, scores (K,), in the forward's graph until `cpu()`."""
+
+    boxes: torch.Tensor
+    scores: torch.Tensor
+    labels: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+    def cpu(self) -> Detections:
+        """Detached on the CPU, for the writer threads."""
+        return Detections(self.boxes.detach().float().cpu(), self.scores.detach().float().cpu(), self.labels.detach().cpu())
+
+    def take(self, index: torch.Tensor) -> Detections:
+        return Detections(self.boxes[index], self.scores[index], self.labels[index])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """The candidate of a lost object's class that overlaps it best: its box (input pixels), score and IoU."""
+
+    box: tuple[float, float, float, float]
+    score: float
+    iou: float
+
+
+@dataclass(frozen=True)
+class Missed:
+    """A missed object's explanation: which true box, its best candidate (None: the model had none of its class),
+    and its map at the input's size (None without a candidate)."""
+
+    truth: int  # the true box's index in the image's truth
+    candidate: Candidate | None
+    cam: torch.Tensor | None
+    blank: bool | None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A detector's image judged against its truth: the kept detections, their match (tp or fp, IoU), the true boxes
+    in the photo's pixels with their classes, and each missed object's explanation."""
+
+    detections: Detections
+    match: list[int | None]
+    iou: list[float]
+    truth: list[tuple[tuple[float, float, float, float], int | None, str]]  # box, class index (None: unknown), name
+    missed: list[Missed]
+
+    def cpu(self) -> Judged:
+        return self
