@@ -137,10 +137,12 @@ def _ranked(rows: list[list[torch.Tensor | None]], classes: list[list[int]], fou
     device = per_image[0].scores.device if per_image else torch.device("cpu")
     ranks = max((len(row) for row in rows), default=0) if any(s is not None for row in rows for s in row) else 0
     zero = torch.zeros((), device=device)
-    scores = [torch.stack([(row[k] if k < len(row) and row[k] is not None else zero) for k in range(ranks)]) for row in rows]
     chosen = torch.tensor([[k < len(row) and row[k] is not None for k in range(ranks)] for row in rows], dtype=torch.bool)
     targets = torch.tensor([[row[k] if k < len(row) else 0 for k in range(ranks)] for row in classes], dtype=torch.long)
-    stacked = torch.stack(scores) if ranks else torch.zeros((n, 0), device=device)
+    if not ranks:
+        stacked = torch.zeros((n, 0), device=device)
+    else:
+        stacked = torch.stack([torch.stack([row[k] if chosen[i, k] else zero for k in range(ranks)]) for i, row in enumerate(rows)])  # type: ignore[misc]
     return Reading(
         scores=stacked, targets=targets.reshape(n, ranks), logits=stacked.detach(), chosen=chosen.reshape(n, ranks).to(device),
         found=found,
