@@ -34,6 +34,7 @@ from gradcam_cli.outputs.render import guided_photo, photo_maps
 from gradcam_cli.outputs.writer import caption_for, image_probabilities, image_record, target_record
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.api_arguments import LayerSpec, as_choice, as_resolved, checked_call, checked_model, class_list, photo_of
+from gradcam_cli.api_detections import detection_explanation
 from gradcam_cli.api_results import ClassMap, Explanation
 from gradcam_cli.settings import ExplainSettings, ModelSettings, build_settings
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS
@@ -221,10 +222,12 @@ def explain(
     image: str | os.PathLike | Image.Image | np.ndarray,
     model: ReadyModel | str,
     layers: LayerSpec | Sequence[LayerSpec] | None = None,
-    method: str = "gradcam",
+    method: str | None = None,
     classes: int | str | Sequence[int | str] | None = None,
     *,
     topk: int = 1,
+    score_threshold: float | None = None,
+    max_detections: int | None = None,
     crop: bool = False,
     colormap: str = "jet",
     alpha: float = 0.5,
@@ -232,7 +235,7 @@ def explain(
     caption: bool = False,
     relu: bool = True,
     norm: str = "minmax",
-    combine: str = "mean",
+    combine: str | None = None,
     eigen_smooth: bool = False,
     aug_smooth: bool = False,
     cam_batch_size: int = 32,
@@ -248,8 +251,11 @@ def explain(
 
     `image`: a file path, a PIL image or an (H, W, 3) uint8 RGB array; `model`: what load_model() returned (a name
     is loaded on every call). `layers` None takes the family default; `classes` None explains the top class (or the
-    top `topk`), else an index or name, or a list of them: one ClassMap each. The other options are those of
-    `gradcam explain` (README). The model is left as found: no hook, the same train/eval modes and requires_grad.
+    top `topk`), else an index or name, or a list of them: one ClassMap each. A detector's explanation has one
+    ObjectMap per detection scoring at least `score_threshold`, at most `max_detections` (of `classes` if given).
+    `method` and `combine` None take the task's own (gradcam and mean; a detector's hirescam and sum). The other
+    options are those of `gradcam explain` (README). The model is left as found: no hook, the same train/eval modes
+    and requires_grad.
     """
     given = {k: v for k, v in locals().items() if k not in ("image", "model", "layers")}  # named as the option table
     ready = _ready(model)
@@ -259,6 +265,8 @@ def explain(
         run = _prepare(ready, settings, layers)
         geometry = plan_geometry(photo.shape[:2], ready.data_config, crop=settings.inputs.crop)
         cams = _compute(run, to_input_array(photo, geometry, ready.data_config))
+    if cams.found is not None:
+        return detection_explanation(run, name, photo, geometry, cams)
     return _explanation(run, name, photo, geometry, cams)
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gradcam_cli.geometry import Geometry
-from gradcam_cli.outputs.records import ImageRecord, TargetRecord
+from gradcam_cli.outputs.records import DetectionRecord, ImageRecord, MissedRecord, TargetRecord
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -31,20 +31,37 @@ class ClassMap:
 
 
 @dataclass(frozen=True, eq=False)
+class ObjectMap:
+    """A detector's object: a kept detection (or, with truth, a missed one), its map and its own overlay."""
+
+    box: tuple[float, float, float, float]  # x1, y1, x2, y2 in the photo's pixels (a missed object: its true box)
+    class_index: int | None
+    class_name: str | None
+    score: float | None  # the detector's score (a missed object: its best candidate's)
+    map: np.ndarray | None = field(repr=False)  # float32 (H, W) in [0, 1] (None: a missed object without a candidate)
+    overlay: Image.Image | None = field(repr=False)  # its whole map, only its box drawn
+    record: DetectionRecord | MissedRecord = field(repr=False)  # the CLI record's entry, without file paths
+
+
+@dataclass(frozen=True, eq=False)
 class Explanation:
     """What explain() found for one image: one ClassMap per explained class, in order, and the record.
 
     `map`, `overlay`, `class_index`, `class_name` and `probability` are the first class's, like the record's
-    top-level fields. Arrays are read-only.
+    top-level fields. A detector's explanation has `detections` (and with truth `missed`) instead of `targets`,
+    its `overlay` the picture of every box. Arrays are read-only.
     """
 
     targets: tuple[ClassMap, ...]
     record: ImageRecord = field(repr=False)  # what `gradcam explain --json` prints for the image, less file paths
     image: np.ndarray = field(repr=False)  # the photo as decoded: (H, W, 3) uint8, upright
     geometry: Geometry = field(repr=False)  # where the model's input lay on the photo
+    detections: tuple[ObjectMap, ...] | None = None  # a detector's kept detections, highest score first
+    missed: tuple[ObjectMap, ...] | None = None  # with truth, the objects it missed
+    picture: Image.Image | None = field(default=None, repr=False)  # a detector's: every kept box over its own map
 
     map = property(lambda self: self._first("map"))
-    overlay = property(lambda self: self._first("overlay"))
+    overlay = property(lambda self: self.picture if self.detections is not None else self._first("overlay"))
     class_index = property(lambda self: self._first("class_index"))
     class_name = property(lambda self: self._first("class_name"))
     probability = property(lambda self: self._first("probability"))
@@ -55,4 +72,5 @@ class Explanation:
 
     def _repr_png_(self) -> bytes | None:
         """A notebook shows the first overlay."""
-        return self.overlay._repr_png_() if self.targets else None
+        shown = self.overlay
+        return shown._repr_png_() if shown is not None else None

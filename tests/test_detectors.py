@@ -447,3 +447,22 @@ def test_coco_json_truth_end_to_end_with_a_class_the_detector_lacks(run_cli, tmp
         assert sum(d["match"] == "tp" for d in record["detections"]) == len(objects), record["detections"]
     hexagon = [m for m in records["scene0.png"]["missed"] if m["class_index"] is None]
     assert len(hexagon) == 1 and hexagon[0]["class_name"] == "hexagon" and hexagon[0]["candidate_box"] is None
+
+
+@pytest.mark.slow
+def test_the_python_api_returns_each_detection_with_its_map(run_cli, tmp_path) -> None:
+    import gradcam_cli
+
+    _scenes(tmp_path / "in", 1)
+    photo = tmp_path / "in" / "scene0.png"
+    model = gradcam_cli.load_model(f"{EXAMPLES / 'shapes_detector.py'}:build", weights=WEIGHTS, labels=LABELS)
+    result = gradcam_cli.explain(photo, model)
+    cli = run_cli("explain", photo, *DETECTOR, "-o", tmp_path / "o", "--json").records()[0]
+    assert [d.record.box for d in result.detections] == [d["box"] for d in cli["detections"]]
+    assert [d.score for d in result.detections] == [d["score"] for d in cli["detections"]]
+    for found in result.detections:
+        assert found.map.shape == (256, 320) and not found.map.flags.writeable and found.overlay.size == (320, 256)
+        x1, y1, x2, y2 = (int(v) for v in found.box)
+        peak_y, peak_x = np.unravel_index(int(found.map.argmax()), found.map.shape)
+        assert x1 <= peak_x <= x2 and y1 <= peak_y <= y2
+    assert result.overlay is result.picture and result.targets == ()

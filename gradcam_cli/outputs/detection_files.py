@@ -21,12 +21,9 @@ import torch
 
 from gradcam_cli.geometry import Geometry, boxes_to_original, map_to_original
 from gradcam_cli.outputs.boxes import DrawnBox, draw_boxes
-from gradcam_cli.outputs.files import Folders, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.picture import draw
 from gradcam_cli.outputs.records import DetectionRecord, ImageRecord, MissedRecord
-from gradcam_cli.outputs.render import encode_png
-from gradcam_cli.outputs.provenance import Provenance
 from gradcam_cli.found import Judged
 from gradcam_cli.maps import normalise
 from gradcam_cli.timings import stamp
@@ -37,11 +34,10 @@ if TYPE_CHECKING:
 
 
 class Pictures(Protocol):
-    """What the run's writer (outputs/writer.py) lends this module: names, stamps and how pictures are drawn."""
+    """What draws and keeps a detector's pictures: the run's writer (outputs/writer.py: files, stamped) or the Python
+    API (api.py: arrays, nothing written)."""
 
     namer: OutputNamer
-    provenance: Provenance
-    folders: Folders
     class_names: Sequence[str] | None
     context: dict[str, Any]
     colormap: Colormap
@@ -51,7 +47,11 @@ class Pictures(Protocol):
     raw_norm: bool
     each: bool
 
-    def stamped(self, png: bytes) -> bytes: ...
+    def save(self, path: Path, rgb: np.ndarray) -> None:
+        """Keep one picture under its name (the writer: claimed, stamped, written atomically)."""
+
+    def keep_map(self, which: str, cam: np.ndarray) -> None:
+        """One object's map on the photo (`det0`, `miss1`), for a caller that returns maps; the writer keeps none."""
 
 
 def detection_path(namer: OutputNamer, base: PurePath, which: str) -> Path:
@@ -71,13 +71,12 @@ def write_detections(out: Pictures, path: Path, image: np.ndarray, geometry: Geo
     judged = found if isinstance(found, Judged) else None
     detections = judged.detections if judged is not None else found
     picture, _, _ = out.namer.paths(base, None, False)
-    out.provenance.claim(picture)
-    out.folders.prepare(picture.parent)
     canvas = Canvas(np.zeros(image.shape[:2], np.float32), [])  # each map renormalised inside its own box
     boxes = boxes_to_original(detections.boxes, geometry).tolist() if len(detections) else []
     records = []
     for k in cams.ranks(row):
         cam = _on_photo(out, cams.maps[row, k], geometry)
+        out.keep_map(f"det{k}", cam)
         index, score = int(detections.labels[k]), float(detections.scores[k])
         box = DrawnBox(tuple(boxes[k]), label_of(out.class_names, index, score), k)
         energy, peak = canvas.add(cam, boxes[k], box)
@@ -137,6 +136,7 @@ def _missed(out: Pictures, image: np.ndarray, geometry: Geometry, judged: Judged
     energy = peak = each = None
     if missed.cam is not None:
         cam = _on_photo(out, missed.cam, geometry)
+        out.keep_map(f"miss{j}", cam)
         energy, peak = canvas.add(cam, list(box), drawn)
         each = _write_each(out, image, cam, drawn, detection_path(out.namer, base, f"miss{j}")) if out.each else None
     else:
@@ -175,7 +175,6 @@ def _in_box(cam: np.ndarray, box: list[float]) -> tuple[np.ndarray | None, float
 
 def _write_each(out: Pictures, image: np.ndarray, cam: np.ndarray, box: DrawnBox, path: Path) -> Path:
     """One object's whole map with only its box."""
-    out.provenance.claim(path)
     _write_picture(out, path, image, cam, [box], None)
     return path
 
@@ -188,5 +187,5 @@ def _write_picture(out: Pictures, path: Path, image: np.ndarray, shown: np.ndarr
         from gradcam_cli.outputs.picture import captioned
 
         rgb = captioned(rgb, caption, None, out.colormap)
-    write_atomic(path, out.stamped(encode_png(rgb)))
+    out.save(path, rgb)
     stamp("written")

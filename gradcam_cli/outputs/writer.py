@@ -215,6 +215,15 @@ class ResultWriter:
         """The guided Grad-CAM image in colour, at the photo's size."""
         write_atomic(path, self.stamped(encode_png(guided_photo(image, geometry))))
 
+    def save(self, path: Path, rgb: np.ndarray) -> None:
+        """A picture of this run: its name claimed (another run's is not written over), stamped, written atomically."""
+        self.provenance.claim(path)
+        self.folders.prepare(path.parent)
+        write_atomic(path, self.stamped(encode_png(rgb)))
+
+    def keep_map(self, which: str, cam: np.ndarray) -> None:
+        """The files hold the maps; nothing else keeps them."""
+
     def stamped(self, png: bytes) -> bytes:
         """A PNG that says what made it (outputs/provenance.py)."""
         return with_text(png, STAMP_KEY, self.provenance.text)

@@ -108,6 +108,8 @@ class DetectTask:
             (target.output_index is not None, "⟨output_index⟩ explains a regression output; a detector returns boxes"),
             (maps.aug_smooth, "⟨aug_smooth⟩ does not apply to detectors: its mirrored and zoomed views move the boxes"),
             (settings.inputs.crop, "⟨crop⟩ does not apply to detectors: the whole photo is letterboxed into the input"),
+            (settings.outputs.save_raw or settings.outputs.save_guided, "⟨save_raw⟩ and ⟨save_guided⟩ do not apply to "
+             "detectors yet; the Python API's explain() returns each detection's map as an array"),
             (method.kind is MethodKind.PERTURBATION, f"{method.name} does not apply to detectors yet: its masked forwards "
              "would each need their detections matched again; use ⟨method=gradcam⟩ or a gradient-free ⟨method=eigencam⟩"),
         ]  # fmt: skip
