@@ -31,6 +31,7 @@ class DetectionTargets:
     score_threshold: float = DEFAULT_SCORE_THRESHOLD
     max_detections: int = DEFAULT_MAX_DETECTIONS
     classes: tuple[int, ...] = ()  # ⟨classes⟩: only these; empty: every class
+    input_hw: tuple[int, int] = (0, 0)  # the model input's size: where boxes relative to it (transformers') get their pixels
 
     @property
     def count(self) -> int:
@@ -48,7 +49,7 @@ class DetectionTargets:
 
     def read(self, output: Any, model_name: str = "the model") -> Reading:
         """Each image's kept detections as ranks: their scores (N, K), labels, and which ranks each image has."""
-        per_image = [self.kept(found) for found in self.family.read(output, model_name)]
+        per_image = [self.kept(found) for found in self.family.read(output, model_name, self.input_hw)]
         ranks = max((len(found) for found in per_image), default=0)
         rows, labels = [], []
         for found in per_image:
