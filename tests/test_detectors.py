@@ -79,7 +79,7 @@ class _Family:
 
     name = "test"
 
-    def read(self, output, model_name):
+    def read(self, output, model_name, input_hw):
         return output
 
     def every_candidate(self, model):

@@ -34,6 +34,7 @@ class DetectionTargets:
     score_threshold: float = DEFAULT_SCORE_THRESHOLD
     max_detections: int = DEFAULT_MAX_DETECTIONS
     classes: tuple[int, ...] = ()  # ⟨classes⟩: only these; empty: every class
+    input_hw: tuple[int, int] = (0, 0)  # the model input's size: where boxes relative to it (transformers') get their pixels
 
     @property
     def count(self) -> int:
@@ -54,7 +55,7 @@ class DetectionTargets:
 
     def read(self, output: Any, model_name: str = "the model") -> Reading:
         """Each image's kept detections as ranks: their scores (N, K), labels, and which ranks each image has."""
-        per_image = [self.kept(found) for found in self.family.read(output, model_name)]
+        per_image = [self.kept(found) for found in self.family.read(output, model_name, self.input_hw)]
         ranks = max((len(found) for found in per_image), default=0)
         rows, labels = [], []
         for found in per_image:
@@ -95,6 +96,7 @@ class MissedTargets:
     family: DetectorFamily
     lost: tuple[tuple[Lost, ...], ...]  # per image of the batch
     scales: tuple[tuple[float, float], ...]  # per image: (x, y) size of an input pixel in the photo
+    input_hw: tuple[int, int] = (0, 0)  # the model input's size (DetectionTargets.input_hw)
 
     @property
     def count(self) -> int:
@@ -105,7 +107,7 @@ class MissedTargets:
 
     def read(self, output: Any, model_name: str = "the model") -> Reading:
         """Per image, per lost object: its best candidate's score for its class (K ranks, unchosen where none)."""
-        per_image = self.family.read(output, model_name)
+        per_image = self.family.read(output, model_name, self.input_hw)
         rows, classes, found = [], [], []
         for candidates, lost, scale in zip(per_image, self.lost, self.scales):
             picked = [_best(candidates, one, scale) for one in lost]

@@ -31,6 +31,7 @@ def layers(
     from gradcam_cli.layers.paths import resolve_layers
     from gradcam_cli.layers.tree import layer_rows
     from gradcam_cli.model.data_config import default_input_hw
+    from gradcam_cli.model.detectors import detector_family
     from gradcam_cli.model.load import build_model, num_prefix_tokens
 
     from gradcam_cli.run.pipeline import model_prints_to_stderr
@@ -39,8 +40,10 @@ def layers(
     with model_prints_to_stderr():  # stdout carries the module tree only, whatever the model's code prints
         net, source, arch = build_model(model, pretrained=False, kwargs=kwargs)
         net.eval()
+        family = detector_family(net)  # a detector's defaults are its family's: the feature maps its heads read
         input_hw = parse_input_size(given["input_size"]) if given.get("input_size") else default_input_hw(net)
-        defaults = [layer.name for layer in resolve_layers(net, default_layer_paths(net, arch, source, input_hw=input_hw), model)]
+        paths = family.default_layers(net) if family else default_layer_paths(net, arch, source, input_hw=input_hw)
+        defaults = [layer.name for layer in resolve_layers(net, paths, model)]
         rows = layer_rows(net, input_hw, defaults, num_prefix_tokens(net, source, arch))
     streams = command_streams(ctx)
     needle = (filter_text or "").lower()

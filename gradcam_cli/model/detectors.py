@@ -9,14 +9,14 @@ feature maps their heads read (the default layers), and how their output
 reads as `Detections`: one per image, scores still in the graph, so each
 detection's own score can be differentiated. torchvision's detectors are the
 first family (any model built of their classes: the shipped example detector
-too); Ultralytics and transformers follow behind the same protocol.
+too), transformers' DETRs the second (model/hf_detectors.py); Ultralytics
+follows behind the same protocol.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -25,6 +25,7 @@ from torch import nn
 from gradcam_cli.errors import ModelError
 from gradcam_cli.found import Detections
 from gradcam_cli.model.data_config import DataConfig
+from gradcam_cli.model.hf_detectors import HfDetectors
 
 UNIT_MEAN, UNIT_STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # pixels in [0, 1]: the model normalises them itself
 
@@ -37,8 +38,9 @@ class DetectorFamily(Protocol):
     def accepts(self, model: nn.Module) -> bool:
         """Whether the model is one of this family's."""
 
-    def read(self, output: Any, model_name: str) -> list[Detections]:
-        """The forward's result as one Detections per image."""
+    def read(self, output: Any, model_name: str, input_hw: tuple[int, int]) -> list[Detections]:
+        """The forward's result as one Detections per image; `input_hw` is the input's size, where a family whose boxes
+        are relative to it (transformers') takes their pixels from."""
 
     def data_config(self, model: nn.Module) -> DataConfig:
         """The input the model takes: its size and how a photo is fitted into it."""
@@ -48,6 +50,9 @@ class DetectorFamily(Protocol):
 
     def head_key(self, model: nn.Module) -> str | None:
         """The state-dict key of the head's class weight, whose rows are classes (times anchors)."""
+
+    def extra_rows(self, model: nn.Module) -> int:
+        """Rows of that weight beyond classes times anchors, scoring no class (DETR's "no object"; mostly 0)."""
 
     def default_layers(self, model: nn.Module) -> list[str]:
         """The feature maps the detection heads read, one per pyramid level."""
@@ -68,8 +73,8 @@ class TorchvisionDetectors:
             cls.__name__ in self.CLASSES and cls.__module__.startswith("torchvision.models.detection") for cls in type(model).__mro__
         )
 
-    def read(self, output: Any, model_name: str) -> list[Detections]:
-        """torchvision's eval-mode result: one dict of boxes, labels and scores per image."""
+    def read(self, output: Any, model_name: str, input_hw: tuple[int, int]) -> list[Detections]:
+        """torchvision's eval-mode result: one dict of boxes, labels and scores per image (boxes already in pixels)."""
         if not isinstance(output, (list, tuple)) or not all(isinstance(o, dict) and {"boxes", "scores", "labels"} <= o.keys() for o in output):
             raise ModelError(f"{model_name} did not return torchvision's detections (a list of dicts of boxes, scores, labels)")
         return [Detections(o["boxes"], o["scores"], o["labels"]) for o in output]
@@ -99,6 +104,9 @@ class TorchvisionDetectors:
         names = [name for name, _ in model.named_parameters() if name.startswith("head.classification_head.")]
         first = [n for n in names if n.endswith("weight") and ("cls_logits" in n or ".module_list.0." in n)]
         return first[-1] if first else None
+
+    def extra_rows(self, model: nn.Module) -> int:
+        return 0  # the background class is one of the classes it counts
 
     def default_layers(self, model: nn.Module) -> list[str]:
         """Each output of the feature pyramid (its layer blocks, and P6/P7 where the model adds them); SSD's feature
@@ -135,7 +143,7 @@ class TorchvisionDetectors:
                 setattr(owner, name, value)
 
 
-FAMILIES: tuple[DetectorFamily, ...] = (TorchvisionDetectors(),)
+FAMILIES: tuple[DetectorFamily, ...] = (TorchvisionDetectors(), HfDetectors())
 
 
 def detector_family(model: nn.Module) -> DetectorFamily | None:
@@ -144,13 +152,14 @@ def detector_family(model: nn.Module) -> DetectorFamily | None:
 
 
 def checkpoint_classes(family: DetectorFamily, model: nn.Module, state: dict[str, torch.Tensor]) -> int | None:
-    """The class count a detector checkpoint's head was trained for: its class weight's rows over the anchors per
-    location this model has (None where the checkpoint has no such weight or it does not fit)."""
+    """The class count a detector checkpoint's head was trained for: its class weight's rows (less those that score no
+    class) over the anchors per location this model has (None where the checkpoint has no such weight or it does not fit)."""
     key, own_classes = family.head_key(model), family.num_classes(model)
     own = dict(model.named_parameters()).get(key) if key else None
     weight = state.get(key) if key else None
     if own is None or weight is None or not own_classes or tuple(weight.shape[1:]) != tuple(own.shape[1:]):
         return None
-    anchors = int(own.shape[0]) // own_classes
-    rows = int(weight.shape[0])
+    extra = family.extra_rows(model)
+    anchors = (int(own.shape[0]) - extra) // own_classes
+    rows = int(weight.shape[0]) - extra
     return rows // anchors if anchors and rows % anchors == 0 else None

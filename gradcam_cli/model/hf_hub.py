@@ -1,8 +1,10 @@
 """Hugging Face transformers as a model hub: `hf:org/name` on the Hub, `hf:/local/dir` saved with save_pretrained.
 
-`AutoModelForImageClassification` builds the network, its `AutoImageProcessor`
-gives the preprocessing (size, crop, mean, std, resampling) and its config the
-class names (`id2label`). transformers is an optional extra, imported only when
+`AutoModelForImageClassification` builds the network, or
+`AutoModelForObjectDetection` where the config is a detector's (that mapping
+holds its class: DETR and its kin, read by model/hf_detectors.py); its
+`AutoImageProcessor` gives the preprocessing (size, crop, mean, std,
+resampling) and its config the class names (`id2label`). transformers is an optional extra, imported only when
 such a model is asked for (`pip install 'gradcam-cli[hf]'`); `hf-hub:` stays
 timm's. The forward returns a `ModelOutput`: model/outputs.py finds its
 `logits`. Default layers are found by the modules' shape, not by fixed paths
@@ -44,7 +46,7 @@ def is_local(arch: str) -> bool:
 
 
 class HuggingFaceHub:
-    """transformers' image classifiers, named with the 'hf:' prefix."""
+    """transformers' image classifiers and object detectors, named with the 'hf:' prefix."""
 
     name = "transformers"
     builds_unfilled = False  # transformers builds without initialising in its own from_pretrained
@@ -57,19 +59,18 @@ class HuggingFaceHub:
         return not is_local(arch)  # even random weights need the Hub's config
 
     def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
-        """The classifier with its weights (or random ones from its config); a checkpoint's head size via num_labels."""
+        """The classifier or detector with its weights (or random ones from its config); a checkpoint's head size via num_labels."""
         transformers = _transformers()
         if is_local(arch) and not Path(arch).expanduser().is_dir():
             raise UsageError(f"⟨model=hf:{arch}⟩: no such folder", hint="give a folder written by save_pretrained, or hf:ORG/NAME")
         given: dict[str, Any] = dict(kwargs or {})
         if num_classes is not None:
             given.update(num_labels=num_classes, ignore_mismatched_sizes=True)
-        auto = transformers.AutoModelForImageClassification
         location = str(Path(arch).expanduser()) if is_local(arch) else arch
         if pretrained:
-            return auto.from_pretrained(location, **given)
+            return _auto_class(transformers, transformers.AutoConfig.from_pretrained(location)).from_pretrained(location, **given)
         config = transformers.AutoConfig.from_pretrained(location, **given)
-        return auto.from_config(config)
+        return _auto_class(transformers, config).from_config(config)
 
     def weights_location(self, arch: str) -> tuple[str, str] | None:
         if is_local(arch):
@@ -128,6 +129,39 @@ class HuggingFaceHub:
     def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
         model_type = str(getattr(getattr(model, "config", None), "model_type", ""))
         return PREFIX_TOKENS.get(model_type)
+
+
+def _auto_class(transformers: Any, config: Any) -> Any:
+    """The Auto class that builds this config: the detector's where its object-detection mapping holds the config's
+    class, else the classifier's."""
+    if type(config) in transformers.MODEL_FOR_OBJECT_DETECTION_MAPPING:
+        return transformers.AutoModelForObjectDetection
+    return transformers.AutoModelForImageClassification
+
+
+def detector_data_config(arch: str) -> DataConfig | None:
+    """A detector's input as its image processor makes it, None without one. A shortest edge (DETR: 800, the longest
+    at most 1333, padded, never cropped) → a square of that edge, the photo letterboxed in; a height and width (RT-DETR:
+    640x640) → that size, stretched to it as the processor resizes; its mean and std, or none where it does not
+    normalise. transformers' detectors do not normalise their input themselves (torchvision's do), so we do."""
+    processor = _processor(arch) if arch else None
+    if processor is None:
+        return None
+    settings = processor.to_dict()
+    size = settings.get("size") or {}
+    size = {"shortest_edge": size} if isinstance(size, int) else size
+    edge = size.get("shortest_edge") or size.get("longest_edge") or size.get("max_height")
+    stretched = bool(size.get("height") and size.get("width"))
+    side = int(edge or 800)
+    input_hw = (int(size["height"]), int(size["width"])) if stretched else (side, side)
+    normalises = settings.get("do_normalize", True)
+    return DataConfig(
+        input_hw=input_hw,
+        mean=_triple(settings.get("image_mean"), IMAGENET_MEAN) if normalises else (0.0, 0.0, 0.0),
+        std=_triple(settings.get("image_std"), IMAGENET_STD) if normalises else (1.0, 1.0, 1.0),
+        interpolation=PIL_FILTERS.get(int(settings.get("resample") or 2), "bilinear"),
+        fit="stretch" if stretched else "letterbox",
+    )
 
 
 def _processor(arch: str) -> Any:

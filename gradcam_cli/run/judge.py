@@ -80,6 +80,7 @@ class TruthJudge:
             self.run.loaded.detector,  # type: ignore[arg-type]
             tuple(tuple(lost for _, lost in lost_of[i]) for i in rows),
             tuple(input_pixel(item.geometry) for item in items),  # type: ignore[arg-type]
+            self.run.loaded.data_config.input_hw,
         )
         cams = self._compute(items, targets)
         if cams is None:

@@ -133,6 +133,7 @@ class DetectTask:
             score_threshold=DEFAULT_SCORE_THRESHOLD if target.score_threshold is None else target.score_threshold,
             max_detections=target.max_detections or DEFAULT_MAX_DETECTIONS,
             classes=classes,
+            input_hw=loaded.data_config.input_hw,
         )
 
     def kind(self, settings: ExplainSettings, targets: Targets, outputs: int | None) -> TargetKind:
