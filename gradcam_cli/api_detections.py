@@ -7,6 +7,7 @@ writer, so a notebook sees exactly what `gradcam explain --each` would write.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any
@@ -32,7 +33,8 @@ class _Kept:
     def __init__(self, run: PreparedRun, context: dict[str, Any]) -> None:
         outputs = run.settings.outputs
         self.namer = OutputNamer(Path("."), run.method.name)
-        self.class_names, self.context = run.loaded.class_names, context
+        self.class_names: Sequence[str] | None = run.loaded.class_names
+        self.context = context
         self.colormap, self.alpha, self.style, self.caption = outputs.colormap, outputs.alpha, outputs.style, outputs.caption
         self.raw_norm = run.settings.maps.norm.value != "minmax"
         self.each = True  # every object's own overlay

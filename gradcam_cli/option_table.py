@@ -117,8 +117,8 @@ OPTIONS: tuple[Option, ...] = (
            help="CAM method (see `gradcam methods`; default gradcam, for detectors hirescam).",
            doc="CAM method, see [Methods](#methods): " + ", ".join(f"`{m}`" for m in values(Method)) + " (default "
                "`gradcam`; for detectors `hirescam`, whose map of one object stays on that object, see "
-               "[Detectors](#detectors)). Each method pytorch-grad-cam also has equals its map to 1e-4, on random weights and on the shipped "
-               "trained model, signed maps (`--no-relu`) included (`tests/test_methods.py`, `tests/test_parity.py`, "
+               "[Detectors](#detectors)). Each method pytorch-grad-cam also has equals its map to 1e-4, on random weights and "
+               "on the shipped trained model, signed maps (`--no-relu`) included (`tests/test_methods.py`, `tests/test_parity.py`, "
                "`tests/test_gradient_free.py`, `tests/test_fullgrad_guided.py`; where we differ on purpose the test says why), "
                "except where a first principal component is taken (`eigengradcam`, `--eigen-smooth`) on the ViT: there "
                "each image's tolerance widens with how close the top two singular values are, as far as float32 "

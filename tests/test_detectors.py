@@ -266,7 +266,9 @@ def test_detector_options_on_a_classifier_are_one_line(run_cli, image_dir, tmp_p
 def test_truth_that_does_not_fit_is_one_line_and_the_other_images_go_on(run_cli, tmp_path) -> None:
     truth = _scenes(tmp_path / "in", 2)
     truth["scene1.png"] = [(0, (300, 10, 400, 60))]  # past the 320-pixel-wide image
-    result = run_cli("explain", tmp_path / "in", *DETECTOR, "--truth", _truth_csv(tmp_path / "t.csv", truth), "-o", tmp_path / "o", "--json")
+    result = run_cli(
+        "explain", tmp_path / "in", *DETECTOR, "--truth", _truth_csv(tmp_path / "t.csv", truth), "-o", tmp_path / "o", "--json"
+    )
     assert result.code != 0
     records = {Path(r["input"]).name: r for r in result.records()}
     assert records["scene0.png"]["ok"] and records["scene0.png"]["missed"] is not None
@@ -282,7 +284,9 @@ def test_truth_that_does_not_fit_is_one_line_and_the_other_images_go_on(run_cli,
 def test_box_truth_given_to_a_classifier_is_one_line(run_cli, image_dir, tmp_path) -> None:
     boxes = tmp_path / "boxes.csv"
     boxes.write_text("a.jpg,cat,1,2,30,40\n")
-    result = run_cli("explain", image_dir / "a.jpg", "--model", "test_resnet.r160_in1k", "--no-pretrained", "--truth", boxes, "-o", tmp_path / "o")
+    result = run_cli(
+        "explain", image_dir / "a.jpg", "--model", "test_resnet.r160_in1k", "--no-pretrained", "--truth", boxes, "-o", tmp_path / "o"
+    )
     assert result.code != 0 and "boxes are a detector's truth" in result.stderr, result.stderr
 
 
@@ -466,3 +470,25 @@ def test_the_python_api_returns_each_detection_with_its_map(run_cli, tmp_path) -
         peak_y, peak_x = np.unravel_index(int(found.map.argmax()), found.map.shape)
         assert x1 <= peak_x <= x2 and y1 <= peak_y <= y2
     assert result.overlay is result.picture and result.targets == ()
+
+
+@pytest.mark.slow
+def test_compare_lays_out_one_detection_across_methods_and_layers(run_cli, tmp_path) -> None:
+    _scenes(tmp_path / "in", 1)
+    photo = tmp_path / "in" / "scene0.png"
+    grid = ["--methods", "hirescam,eigencam", "--layers", "backbone.fpn.layer_blocks.0,backbone.fpn.layer_blocks.1"]
+    result = run_cli("compare", photo, *DETECTOR, *grid, "--detection", "1", "-o", tmp_path / "o", "--json")
+    assert result.code == 0, result.stderr
+    (record,) = result.records()
+    explained = run_cli("explain", photo, *DETECTOR, "-o", tmp_path / "e", "--json").records()[0]
+    assert (record["class_name"], record["probability"]) == (explained["detections"][1]["class_name"], explained["detections"][1]["score"])
+    assert Path(record["output"]).is_file() and len(record["cells"]) == 4
+    beyond = run_cli("compare", photo, *DETECTOR, *grid, "--detection", "9", "-o", tmp_path / "o2", "--json")
+    assert beyond.code == 1 and "there is no detection 9" in beyond.records()[0]["error"]
+
+
+@pytest.mark.slow
+def test_compare_detection_on_a_classifier_is_one_line(run_cli, image_dir, tmp_path) -> None:
+    model = ["--model", "test_resnet.r160_in1k", "--no-pretrained"]
+    result = run_cli("compare", image_dir / "a.jpg", *model, "--methods", "gradcam", "--layers", "layer4", "--detection", "0", "-o", tmp_path)
+    assert result.code != 0 and "--detection picks one of a detector's detections" in (result.stderr + result.stdout), result.stderr

@@ -133,7 +133,9 @@ def _best(candidates: Detections, lost: Lost, scale: tuple[float, float]) -> tup
     return candidates.scores[index], Candidate(box, float(candidates.scores[index].detach()), float(ious[best]))  # type: ignore[arg-type]
 
 
-def _ranked(rows: list[list[torch.Tensor | None]], classes: list[list[int]], found: list[list[Any]], per_image: list[Detections]) -> Reading:
+def _ranked(
+    rows: list[list[torch.Tensor | None]], classes: list[list[int]], found: list[list[Any]], per_image: list[Detections]
+) -> Reading:
     """Per-image scores (some missing) as a (N, K) reading: a missing one is a constant zero, its rank unchosen."""
     n = len(rows)
     device = per_image[0].scores.device if per_image else torch.device("cpu")

@@ -20,7 +20,7 @@ from gradcam_cli.layout import Layout, LayoutHints, channels_dim_hint, patch_gri
 from gradcam_cli.maps import CamBatch, CamOptions, NetworkGradients, finish_maps, finite_rows
 from gradcam_cli.cams.methods import MethodKind
 from gradcam_cli.cams.methods.projection import first_component
-from gradcam_cli.cams.targets import Reading
+from gradcam_cli.cams.targets import Reading, TargetChoice
 
 import torch
 from torch import nn
@@ -72,7 +72,6 @@ class _Job:
         if self.method.projection or self.options.eigen_smooth:
             return first_component(contributions)
         return contributions.sum(dim=1)
-
 
     def read(self, output: object) -> Reading:
         """What the forward's result says to explain (the task's reading), its scores as the maps explain them."""
@@ -246,6 +245,7 @@ def compute_cams(
         if options.aug_smooth:
             from gradcam_cli.cams.augment import smoothed
 
+            assert isinstance(targets, TargetChoice)  # the tasks refuse ⟨aug_smooth⟩ where the targets are no classes
             return smoothed(lambda x_aug, choice, view: _run_once(_in_view(job, view), x_aug, choice), x, targets, options)
         return _run_once(job, x, targets)
 

@@ -35,14 +35,17 @@ MODEL_OPTIONS = tuple(option.name for option in OPTIONS if option.group == "mode
 # what shapes explain's outputs (style, caption, raw maps, top-k, resume) or its streaming (batches, workers) is left out
 TABLE_OPTIONS = (
     "inputs", *MODEL_OPTIONS, "classes", "crop", "relu", "norm", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid", "colormap",
-    "alpha", "output_dir", "recursive", "max_pixels", "device", "precision", "json_lines", "quiet",
+    "alpha", "output_dir", "recursive", "max_pixels", "device", "precision", "score_threshold", "max_detections", "json_lines",
+    "quiet",
 )  # fmt: skip
 CLI_ONLY = ("inputs", "json_lines", "quiet")
 
 
-def compare(ctx: typer.Context, methods: str, layers: str, **given: Any) -> int:
+def compare(ctx: typer.Context, methods: str, layers: str, detection: int | None, **given: Any) -> int:
     """Write one grid per image: the maps of every --layers (rows) by every --methods (columns), the input first."""
     try:
+        if detection is not None and detection < 0:
+            raise UsageError(f"--detection {detection}: must be 0 or more (0 is each image's highest-scoring detection)")
         inputs, json_lines, quiet = (given.pop(name) for name in CLI_ONLY)
         columns = parse_methods(methods)
         if not inputs:
@@ -55,7 +58,7 @@ def compare(ctx: typer.Context, methods: str, layers: str, **given: Any) -> int:
         from gradcam_cli.run.pipeline import model_prints_to_stderr
 
         with model_prints_to_stderr():  # stdout carries the records only, whatever the model's code prints
-            return Comparison(settings, streams, as_json, quiet).run(inputs, columns, parse_layers(layers))
+            return Comparison(settings, streams, as_json, quiet, detection).run(inputs, columns, parse_layers(layers))
     except GradcamError as error:
         raise in_compare_flags(error) from None
 
@@ -76,6 +79,14 @@ compare.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # what
         own_option("methods", "--methods", "gradcam", "M,M", "Columns: CAM methods, comma-separated (see `gradcam methods`)."),
         own_option(
             "layers", "--layers", STAGES, "PATH,PATH|stages", "Rows: dotted layer paths, comma-separated, or 'stages' for every stage."
+        ),
+        own_option(
+            "detection",
+            "--detection",
+            None,
+            "N",
+            "A detector: the cells explain each image's detection N (0, the default: its highest-scoring).",
+            int,
         ),
         *(parameter(BY_NAME[name]) for name in TABLE_OPTIONS),
     ]

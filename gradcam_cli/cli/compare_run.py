@@ -22,6 +22,7 @@ from gradcam_cli.errors import (
     ExitCode,
     GradcamError,
     InputError,
+    UsageError,
     Interrupted,
     OutputError,
     keep_marks,
@@ -112,8 +113,9 @@ class GridReporter(Reporter):
 class Comparison:
     """One run of `gradcam compare`: the model loaded once, the layers resolved, then each image's grid and record."""
 
-    def __init__(self, settings: ExplainSettings, streams: Streams, as_json: bool, quiet: bool) -> None:
+    def __init__(self, settings: ExplainSettings, streams: Streams, as_json: bool, quiet: bool, detection: int | None = None) -> None:
         self.settings, self.streams, self.as_json, self.quiet = settings, streams, as_json, quiet
+        self.detection = detection  # a detector's: which kept detection of each image the cells explain (None: the first)
         self.reporter = GridReporter(streams, as_json, None)
         self.said: set[str] = set()  # every remark said, in compare's flags
         self.records: list[CompareRecord] = []
@@ -263,11 +265,13 @@ class Comparison:
         cells = self._cells(stops, photo, ready, source.path, rows, columns)
         first = cells[0][0]
         name = first.class_name or f"class {first.class_index}"
+        which = "" if first.detection is None else f", detection {first.detection}"
         notes = [f"{size[0]}x{size[1]}" if size else "" for size in resolutions]
         scale = EACH_RAW if self.settings.maps.norm is Norm.none else MINMAX
         grid = draw_grid(
             photo, [[cell.overlay_rgb for cell in row] for row in cells], rows=rows, columns=columns,
-            header=f"{name}  p={first.probability:.2f}  ·  {ready.name}", notes=notes, scale=scale, colormap=self.settings.outputs.colormap,
+            header=f"{name}  p={first.probability:.2f}{which}  ·  {ready.name}", notes=notes, scale=scale,
+            colormap=self.settings.outputs.colormap,
         )  # fmt: skip
         self._write(output, grid.picture)
         boxes = [
@@ -293,8 +297,9 @@ class Comparison:
                 stops.checkpoint()
                 if progress:
                     progress.doing(f"{path.name}: {method} @ {layer} ({r * len(columns) + c + 1}/{len(rows) * len(columns)})")
-                cell = _Cell.of(self._explain(photo, ready, layer, method, classes))
-                classes = cell.class_index  # every cell explains the class of the first
+                cell = _Cell.of(self._explain(photo, ready, layer, method, classes), self.detection)
+                if cell.detection is None:
+                    classes = cell.class_index  # every cell explains the class of the first (a detector's: the same detection)
                 cells[-1].append(cell)
         return cells
 
@@ -307,6 +312,7 @@ class Comparison:
             photo, ready, layers=layer, method=method, classes=classes, crop=s.inputs.crop, colormap=s.outputs.colormap.value,
             alpha=s.outputs.alpha, relu=s.maps.relu, norm=s.maps.norm.value, eigen_smooth=s.maps.eigen_smooth,
             aug_smooth=s.maps.aug_smooth, cam_batch_size=s.maps.cam_batch_size, grid=s.target.grid, precision=s.run.precision.value,
+            score_threshold=s.target.score_threshold, max_detections=s.target.max_detections,
         )  # fmt: skip
 
     def _write(self, output: Path, picture: Any) -> None:
@@ -346,14 +352,35 @@ class _Cell:
     probability: float | None
     blank: bool
     range: list[float]  # the map's lowest and highest value as computed: [0, 1] with minmax, its raw values with none
+    detection: int | None = None  # a detector's cell: the rank of the detection it explains
 
     @staticmethod
-    def of(explained: Any) -> _Cell:
+    def of(explained: Any, detection: int | None = None) -> _Cell:
         import numpy as np
 
+        if explained.detections is not None:
+            return _Cell.of_detection(explained, detection or 0)
+        if detection is not None:
+            raise UsageError("⟨detection⟩ picks one of a detector's detections; this model is a classifier (leave it out)")
         target = explained.targets[0]
         raw = target.raw
         return _Cell(
             np.asarray(target.overlay), target.class_index, target.class_name, target.probability, bool(target.blank),
             [round(float(raw.min()), 6), round(float(raw.max()), 6)],
+        )  # fmt: skip
+
+    @staticmethod
+    def of_detection(explained: Any, rank: int) -> _Cell:
+        """A detector's cell: detection `rank`'s own overlay (only its box) and map; an image with fewer is its error."""
+        import numpy as np
+
+        if rank >= len(explained.detections):
+            raise InputError(
+                f"<array>: {len(explained.detections)} detection(s) reach the score threshold, so there is no detection {rank}; "
+                "pick a lower ⟨detection⟩ or ⟨score_threshold⟩"
+            )
+        found = explained.detections[rank]
+        return _Cell(
+            np.asarray(found.overlay), found.class_index, found.class_name, found.score, bool(found.record.blank),
+            [round(float(found.map.min()), 6), round(float(found.map.max()), 6)], rank,
         )  # fmt: skip

@@ -75,7 +75,9 @@ class TorchvisionDetectors:
 
     def read(self, output: Any, model_name: str, input_hw: tuple[int, int]) -> list[Detections]:
         """torchvision's eval-mode result: one dict of boxes, labels and scores per image (boxes already in pixels)."""
-        if not isinstance(output, (list, tuple)) or not all(isinstance(o, dict) and {"boxes", "scores", "labels"} <= o.keys() for o in output):
+        if not isinstance(output, (list, tuple)) or not all(
+            isinstance(o, dict) and {"boxes", "scores", "labels"} <= o.keys() for o in output
+        ):
             raise ModelError(f"{model_name} did not return torchvision's detections (a list of dicts of boxes, scores, labels)")
         return [Detections(o["boxes"], o["scores"], o["labels"]) for o in output]
 
@@ -118,12 +120,12 @@ class TorchvisionDetectors:
             extra = [f"{fpn}.extra_blocks.{p}" for p in ("p6", "p7") if f"{fpn}.extra_blocks.{p}" in modules]
             return blocks + extra
         backbone = modules.get("backbone")
-        features, extra = getattr(backbone, "features", None), getattr(backbone, "extra", None)
-        if isinstance(features, nn.Sequential) and isinstance(extra, nn.ModuleList):
+        features, maps = getattr(backbone, "features", None), getattr(backbone, "extra", None)
+        if isinstance(features, nn.Sequential) and isinstance(maps, nn.ModuleList):
             levels = ["backbone.features"]
             if type(backbone).__name__.startswith("SSDLite"):
                 levels = [f"backbone.features.{i}" for i in range(len(features))]
-            return levels + [f"backbone.extra.{i}" for i in range(len(extra))]
+            return levels + [f"backbone.extra.{i}" for i in range(len(maps))]
         return ["backbone"]
 
     # the postprocessing's knobs, on the model (RetinaNet, FCOS, SSD) or its roi_heads (R-CNN), and their open values

@@ -59,7 +59,9 @@ def draw_boxes(picture: np.ndarray, boxes: list[DrawnBox]) -> np.ndarray:
     return np.asarray(canvas)
 
 
-def _label(pen: object, face: object, text: str, box: tuple[int, int, int, int], colour: tuple[int, int, int], size: tuple[int, int]) -> None:
+def _label(
+    pen: object, face: object, text: str, box: tuple[int, int, int, int], colour: tuple[int, int, int], size: tuple[int, int]
+) -> None:
     """The label on a filled band at the box's top edge: above it, or inside when the picture's top is too near."""
     left, top, right, bottom = pen.textbbox((0, 0), text, font=face)  # type: ignore[attr-defined]
     text_w, text_h = right - left, bottom - top

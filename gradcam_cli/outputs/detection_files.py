@@ -64,7 +64,9 @@ def label_of(names: Sequence[str] | None, index: int, score: float) -> str:
     return f"{_name(names, index) or f'class {index}'} {score:.2f}"
 
 
-def write_detections(out: Pictures, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, base: PurePath) -> ImageRecord:
+def write_detections(
+    out: Pictures, path: Path, image: np.ndarray, geometry: Geometry, cams: CamBatch, row: int, base: PurePath
+) -> ImageRecord:
     """This image's picture (and with ⟨each⟩ one per detection and missed object) and its record."""
     assert cams.found is not None
     found = cams.found[row]
@@ -83,8 +85,14 @@ def write_detections(out: Pictures, path: Path, image: np.ndarray, geometry: Geo
         each = _write_each(out, image, cam, box, detection_path(out.namer, base, f"det{k}")) if out.each else None
         records.append(
             DetectionRecord(
-                rank=k, box=[round(v, 2) for v in boxes[k]], class_index=index, class_name=_name(out.class_names, index),
-                score=round(score, 6), blank=bool(cams.blank[row, k]), energy_in_box=energy, peak_in_box=peak,
+                rank=k,
+                box=[round(v, 2) for v in boxes[k]],
+                class_index=index,
+                class_name=_name(out.class_names, index),
+                score=round(score, 6),
+                blank=bool(cams.blank[row, k]),
+                energy_in_box=energy,
+                peak_in_box=peak,
                 overlay=str(each) if each else None,
                 match=None if judged is None else ("tp" if judged.match[k] is not None else "fp"),
                 iou=None if judged is None else round(judged.iou[k], 6),
@@ -132,7 +140,7 @@ def _missed(out: Pictures, image: np.ndarray, geometry: Geometry, judged: Judged
     box, index, name = judged.truth[missed.truth]
     candidate = missed.candidate
     label = f"missed {name}" + (f" {candidate.score:.2f}" if candidate is not None else "")
-    drawn = DrawnBox(tuple(box), label, len(judged.detections) + j, dashed=True)
+    drawn = DrawnBox(box, label, len(judged.detections) + j, dashed=True)
     energy = peak = each = None
     if missed.cam is not None:
         cam = _on_photo(out, missed.cam, geometry)

@@ -41,7 +41,10 @@ class TruthJudge:
         self.said_failure = False
         if self.truth.unknown:
             shown = ", ".join(self.truth.unknown[:UNKNOWN_SHOWN]) + (" and more" if len(self.truth.unknown) > UNKNOWN_SHOWN else "")
-            warn(f"{truth_file}: {len(self.truth.unknown)} true class(es) the detector does not have ({shown}); their objects count as missed, unexplained")
+            warn(
+                f"{truth_file}: {len(self.truth.unknown)} true class(es) the detector does not have ({shown}); "
+                "their objects count as missed, unexplained"
+            )
 
     def boxes(self, path: Path, image_hw: tuple[int, int]) -> list[TrueBox] | None:
         """An input's true boxes (None: the truth says nothing of it); a box outside its image is the image's error."""
@@ -49,10 +52,10 @@ class TruthJudge:
 
     def judge(self, batch: list[tuple[Item, CamBatch, int]]) -> None:
         """Each item's detections replaced by their judgement (in its batch's `found`); missed objects explained."""
-        judged = [(item, cams, row, self._matched(item, cams.found[row], cams.ranks(row))) for item, cams, row in batch if cams.found]
-        judged = [(item, cams, row, verdict) for item, cams, row, verdict in judged if verdict is not None]
+        matched = [(item, cams, row, self._matched(item, cams.found[row], cams.ranks(row))) for item, cams, row in batch if cams.found]
+        judged = [(item, cams, row, verdict) for item, cams, row, verdict in matched if verdict is not None]
         maps = self._missed_maps([(item, verdict) for item, _, _, verdict in judged])
-        for (item, cams, row, verdict), missed in zip(judged, maps):
+        for (_, cams, row, verdict), missed in zip(judged, maps):
             assert cams.found is not None
             cams.found[row] = Judged(verdict.detections, verdict.match, verdict.iou, verdict.truth, missed)
 
@@ -102,7 +105,7 @@ class TruthJudge:
             box, index, _ = verdict.truth[missed.truth]
             if index is not None:
                 in_input = boxes_to_input(torch.tensor([box], dtype=torch.float32), item.geometry)[0].tolist()
-                lost.append((position, Lost(tuple(in_input), index)))  # type: ignore[arg-type]
+                lost.append((position, Lost((in_input[0], in_input[1], in_input[2], in_input[3]), index)))
         return lost
 
     def _compute(self, items: list[Item], targets: MissedTargets) -> CamBatch | None:
@@ -114,5 +117,8 @@ class TruthJudge:
                 raise
             if not self.said_failure:
                 self.said_failure = True
-                self.warn(f"the model failed on the forward that finds missed objects' candidates ({fault_line(error)}); they are left unexplained")
+                self.warn(
+                    f"the model failed on the forward that finds missed objects' candidates ({fault_line(error)}); "
+                    "they are left unexplained"
+                )
             return None

@@ -63,7 +63,9 @@ class Explainer:
         self.namer = _namer(self.prepared)
         names = self.prepared.loaded.class_names
         detects = self.prepared.kind is TargetKind.detection  # a detector's truth is boxes, judged per batch (judge.py)
-        self.judge = TruthJudge(self.prepared, settings.inputs.truth, settings.inputs.iou, self.warn) if detects and settings.inputs.truth else None
+        self.judge = (
+            TruthJudge(self.prepared, settings.inputs.truth, settings.inputs.iou, self.warn) if detects and settings.inputs.truth else None
+        )
         self.truth = None if detects else load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn)
         self.summary = Summary()  # the counts of the last run: read them also when it was stopped part way
         self.workers = settings.run.workers or default_workers(self.prepared.device.type)
@@ -127,8 +129,10 @@ class Explainer:
             if record.detections == [] and not said_empty:  # a detector found nothing to explain: said once a run
                 said_empty = True
                 threshold = getattr(self.prepared.targets, "score_threshold", None)
-                self.warn(f"{record.input}: no detection scored {threshold:g} or more; its picture shows no box (and so for "
-                          "any other such image; lower ⟨score_threshold⟩ to explain weaker ones)")
+                self.warn(
+                    f"{record.input}: no detection scored {threshold:g} or more; its picture shows no box (and so for "
+                    "any other such image; lower ⟨score_threshold⟩ to explain weaker ones)"
+                )
             emit(record)
 
         ensure_writable(self.settings.outputs.output_dir)
@@ -232,7 +236,7 @@ class Explainer:
         """The batch's detections judged against the truth (judge.py), its missed objects explained."""
         assert self.judge is not None
         done = [(item, *result) for item, result in zip(ready, results) if not isinstance(result, str)]
-        self.judge.judge(done)  # type: ignore[arg-type]
+        self.judge.judge(done)
         return results
 
     def _finish_safely(self, item: Item, cams: CamBatch, row: int) -> ImageRecord:

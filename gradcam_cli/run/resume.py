@@ -28,13 +28,14 @@ def existing_outputs(
     the labels and their number: one complete label will do (an image with no
     label above the threshold wrote nothing, and is explained again).
     """
+    classes: list[int | None]
     if targets is None:  # another task than classes (a detector's): its one picture per image stands for its files
         classes, wanted = [None], 1
     elif targets.by_threshold or (targets.topk > 1 and not targets.classes):
-        classes: list[int | None] = list(namer.existing_classes(base))
+        classes = list(namer.existing_classes(base))
         wanted = 1 if targets.by_threshold else targets.topk
     else:
-        classes, wanted = list(targets.classes or [None]), len(targets.classes or [None])
+        classes, wanted = [*targets.classes] or [None], len(targets.classes or [None])
     complete = []
     for index in classes:
         paths = [p for p in namer.paths(base, index, save_raw, save_guided) if p is not None]

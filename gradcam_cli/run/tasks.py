@@ -126,7 +126,7 @@ class DetectTask:
         target = settings.target
         classes = tuple(parse_class(value, loaded.class_names) for value in target.classes)
         bad = [c for c in classes if outputs is not None and not 0 <= c < outputs]
-        if bad:
+        if bad and outputs is not None:
             raise UsageError(f"class index {bad[0]} is out of range; the detector has {outputs} classes (0..{outputs - 1})")
         return DetectionTargets(
             loaded.detector,
