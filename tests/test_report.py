@@ -597,6 +597,18 @@ def test_a_detectors_report_without_truth_has_no_matches_and_no_precision(tmp_pa
     }  # fmt: skip
 
 
+def test_a_box_outside_its_photo_shows_the_whole_pictures(tmp_path):
+    from gradcam_cli.report.build import build_report
+
+    out = detector_run(tmp_path)
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    records[0]["detections"][1]["box"] = [400.0, 10.0, 500.0, 50.0]  # another photo's box, or a record edited by hand
+    (out / "records.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    said: list[str] = []
+    star = read_data(build_report(out, warn=said.append).parent)["cards"][1]
+    assert (star["thumb_w"], star["thumb_h"]) == (256, 192) and star["overlay_thumb"] and said == []
+
+
 def test_malformed_detection_records_are_bad_lines(tmp_path):
     """A detector's fields are checked as the others: boxes of four finite numbers, a score, a known match; each bad
     line counted and left out, the good ones shown."""

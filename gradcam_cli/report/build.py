@@ -39,7 +39,8 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
             if overlay is not None and not is_records_picture(record, overlay, collected.writers.get(str(written))):
                 card["overlay"] = card["npy"] = None  # a later run wrote over its picture: never show another run's map
                 card["replaced"], overlay, replaced = True, None, replaced + 1
-            if card.get("picture") and not is_records_picture(record, locate(picture) or Path(), collected.writers.get(str(picture))):
+            every_box = locate(picture) if card.get("picture") else None  # a detector's picture beside its own
+            if every_box is not None and not is_records_picture(record, every_box, collected.writers.get(str(picture))):
                 card["picture"] = None
             cards.append(card)
             places.append((photo, overlay, crop))

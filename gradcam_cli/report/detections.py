@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from gradcam_cli.report.check import is_whole
-from gradcam_cli.report.thumbs import Crop
+from gradcam_cli.report.thumbs import Crop, crop_region
 
 MATCHES = ("tp", "fp", "fn")
 DETECTOR_KINDS = ("detection", "missed", "empty")  # a classifier's cards are "image"
@@ -44,6 +44,12 @@ def _frame(record: dict[str, Any]) -> tuple[int, int] | None:
     return (width, height) if is_whole(width) and is_whole(height) and width > 0 and height > 0 else None
 
 
+def _crop(box: list[float], frame: tuple[int, int] | None) -> Crop | None:
+    """The box to cut from the card's pictures; None (the whole pictures) where it lies outside the photo."""
+    crop = Crop((box[0], box[1], box[2], box[3]), frame)
+    return crop if frame is None or crop_region(crop, frame) is not None else None
+
+
 def _found(found: dict[str, Any], shared: dict[str, Any], picture: str | None, frame: tuple[int, int] | None) -> dict[str, Any]:
     return {
         **shared,
@@ -60,7 +66,7 @@ def _found(found: dict[str, Any], shared: dict[str, Any], picture: str | None, f
         "iou": found.get("iou"),
         "own_overlay": bool(found.get("overlay")),
         "_overlay": found.get("overlay") or picture,
-        "_crop": Crop(tuple(found["box"]), frame),
+        "_crop": _crop(found["box"], frame),
     }
 
 
@@ -83,7 +89,7 @@ def _missed(lost: dict[str, Any], shared: dict[str, Any], picture: str | None, f
         "candidate_iou": lost.get("candidate_iou"),
         "own_overlay": bool(lost.get("overlay")),
         "_overlay": lost.get("overlay") or picture,
-        "_crop": Crop(tuple(lost["box"]), frame),
+        "_crop": _crop(lost["box"], frame),
     }
 
 
