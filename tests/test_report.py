@@ -159,6 +159,7 @@ def test_report_of_a_run_with_truth(tmp_path, run_cli):
         "images": 8, "cards": 8, "failed": 0, "blank": 0, "skipped": 0, "with_truth": 8, "correct": 7, "wrong": 1
     }  # fmt: skip
     assert header["has_truth"] and header["models"] == ["test_resnet"] and header["layers"] == ["layer4"]
+    assert header["detection"] is None and {card["kind"] for card in cards} == {"image"}, "a classifier's cards"
     assert header["runs"][0]["weights_sha256"] and header["runs"][0]["command"].startswith("gradcam explain")
     wrong = [card for card in cards if card["correct"] is False]
     assert [(card["name"], card["true_class"], card["predicted"]) for card in wrong] == [("star_1.jpg", "triangle", "star")]
@@ -442,3 +443,262 @@ def test_records_from_before_colour_maps_take_the_runs_command_line_where_it_is_
     assert header["runs"][0]["colormap"] is None
     legend = header["legend"]
     assert [(entry["colormap"], entry["norm"], entry["runs"]) for entry in legend] == [("plasma", "none", [2]), ("hot", "minmax", [3])]
+
+
+# ------------------------------------------------------------------ a detector's report: a card per object
+
+DETECTOR_CLASSES = ["circle", "square", "triangle", "star"]
+DETECTOR = ["--model", str(EXAMPLES / "shapes_detector.py") + ":build"]
+DETECTOR_FILES = ["--weights", str(EXAMPLES / "shapes_detector_model" / "shapes_detector.safetensors")]
+DETECTOR_LABELS = ["--labels", str(EXAMPLES / "shapes_detector_model" / "labels.txt")]
+FOUND_IN_PICTURE, FOUND_IN_OWN = (255, 255, 255), (0, 255, 0)  # a kept box in the image's picture; in its own (--each)
+
+
+def _painted(path: Path, boxes: dict[tuple[int, ...], tuple[int, int, int]], ground: tuple[int, int, int] = (0, 0, 0)) -> str:
+    image = Image.new("RGB", (320, 240), ground)
+    for box, colour in boxes.items():
+        image.paste(colour, box)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    image.save(path)
+    return str(path)
+
+
+def _found(rank: int, box: tuple[int, ...], cls: int, score: float, match: str, names: list[str], **more: object) -> object:
+    from gradcam_cli.outputs.records import DetectionRecord
+
+    iou = 0.9 if match == "tp" else 0.1
+    return DetectionRecord(
+        rank, [float(v) for v in box], cls, names[cls], score, False, 0.5 + score / 4, True, match=match, iou=iou, **more
+    )
+
+
+def detector_run(root: Path, names: list[str] = DETECTOR_CLASSES) -> Path:
+    """A detector's run with truth as explain writes it (records.py), its pictures included; returns the output folder.
+
+    scene0: a circle (tp, its own picture as --each writes), a star (tp), a square where there is none (fp), a triangle
+    missed (fn: the best candidate of its class scored 0.12); scene1: a star (tp), a circle missed with no candidate of
+    its class; scene2: nothing found, nothing missed; broken.png failed. Each object is painted in the photo in a colour
+    of its own, each kept box white on the black picture (green on its own), so a crop shows where it was cut from."""
+    from gradcam_cli.outputs.records import ImageRecord, MissedRecord
+
+    out, common = root / "out", {"model": "shapes_detector.py:build", "target": "detection", "method": "hirescam"}
+    boxes = [
+        [(20, 30, 100, 110), (180, 20, 260, 100), (200, 150, 300, 230), (40, 150, 120, 220)],
+        [(100, 60, 200, 160), (250, 180, 310, 235)],
+    ]
+    colours = [(250, 0, 0), (0, 0, 250), (250, 250, 0), (0, 250, 250)]
+    records = []
+    for number, scene in enumerate([*boxes, []]):
+        photo = _painted(root / "scenes" / f"scene{number}.png", dict(zip(scene, colours)), (90, 90, 90))
+        kept = scene[:3] if number == 0 else scene[:1]
+        picture = _painted(out / f"scene{number}.png.hirescam.png", dict.fromkeys(kept, FOUND_IN_PICTURE))
+        records.append({"photo": photo, "picture": picture, "scene": scene})
+    own = _painted(out / "scene0.png.hirescam.det0.png", {boxes[0][0]: FOUND_IN_OWN})
+    detections = [
+        [
+            _found(0, boxes[0][0], 0, 0.95, "tp", names, overlay=own),
+            _found(1, boxes[0][1], 3, 0.9, "tp", names),
+            _found(2, boxes[0][2], 1, 0.6, "fp", names),
+        ],
+        [_found(0, boxes[1][0], 3, 0.8, "tp", names)],
+        [],
+    ]
+    missed = [
+        [MissedRecord(0, [40.0, 150.0, 120.0, 220.0], 2, names[2], [45.0, 150.0, 118.0, 222.0], 0.12, 0.85, False, 0.3, False)],
+        [MissedRecord(0, [250.0, 180.0, 310.0, 235.0], 0, names[0])],
+        [],
+    ]
+    lines = [
+        ImageRecord(
+            input=made["photo"], ok=True, layers=["backbone"], width=320, height=240, outputs=[made["picture"], *([own] if n == 0 else [])],
+            detections=detections[n], missed=missed[n], settings={"colormap": "jet", "norm": "minmax"}, **common,
+        ).to_json()
+        for n, made in enumerate(records)
+    ]  # fmt: skip
+    lines.append(ImageRecord(input=str(root / "scenes" / "broken.png"), ok=False, error="broken.png: not a picture", **common).to_json())
+    (out / "records.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
+
+
+def _centre(path: Path) -> tuple[int, ...]:
+    with Image.open(path) as image:
+        return image.convert("RGB").getpixel((image.width // 2, image.height // 2))
+
+
+def _near(colour: tuple[int, ...], want: tuple[int, ...]) -> bool:
+    return max(abs(a - b) for a, b in zip(colour, want)) < 40  # JPEG
+
+
+def test_a_detectors_report_has_a_card_per_object_its_box_cut_from_photo_and_map(tmp_path):
+    from gradcam_cli.report.build import build_report
+
+    index = build_report(detector_run(tmp_path))
+    cards = read_data(index.parent)["cards"]
+    assert [(c["kind"], c["class_name"], c.get("match")) for c in cards] == [
+        ("detection", "circle", "tp"), ("detection", "star", "tp"), ("detection", "square", "fp"), ("missed", "triangle", "fn"),
+        ("detection", "star", "tp"), ("missed", "circle", "fn"), ("empty", None, None), ("image", None, None),
+    ]  # fmt: skip
+    circle, star, square, triangle = cards[:4]
+    assert (circle["score"], triangle["score"], triangle["candidate_score"], triangle["candidate_iou"]) == (0.95, None, 0.12, 0.85)
+    assert cards[5]["candidate_box"] is None and triangle["box"] == [40.0, 150.0, 120.0, 220.0]
+    assert circle["own_overlay"] and circle["overlay"].endswith(".det0.png") and circle["picture"].endswith("scene0.png.hirescam.png")
+    assert not star["own_overlay"] and star["overlay"].endswith("scene0.png.hirescam.png") and star["picture"] is None
+    for card, colour, shown in [
+        (circle, (250, 0, 0), FOUND_IN_OWN),
+        (star, (0, 0, 250), FOUND_IN_PICTURE),
+        (square, (250, 250, 0), FOUND_IN_PICTURE),
+    ]:
+        assert card["original"].endswith("scene0.png") and (index.parent / card["original"]).is_file()
+        assert _near(_centre(index.parent / card["thumb"]), colour), card["class_name"]
+        assert _near(_centre(index.parent / card["overlay_thumb"]), shown), card["class_name"]
+    for card in cards[:6]:
+        assert card["thumb"] != cards[0]["thumb"] or card is circle, "a crop of its own per object"
+        with Image.open(index.parent / card["thumb"]) as thumb, Image.open(index.parent / card["overlay_thumb"]) as drawn:
+            assert thumb.size == drawn.size == (card["thumb_w"], card["thumb_h"]) and max(thumb.size) / min(thumb.size) <= 4 / 3 + 0.02
+    empty, failed = cards[6:]
+    assert empty["thumb_w"] == 256 and empty["overlay"].endswith("scene2.png.hirescam.png") and empty["picture"] is None
+    assert not failed["ok"] and failed["error"] == "broken.png: not a picture"
+
+
+def test_a_detectors_report_counts_each_class_found_right_wrong_and_missed(tmp_path):
+    from gradcam_cli.report.build import build_report
+
+    header = read_data(build_report(detector_run(tmp_path)).parent)["header"]
+    table = header["detection"]
+    assert table["has_truth"] and header["counts"]["cards"] == 8 and header["counts"]["failed"] == 1
+    rows = {row["class_name"]: row for row in table["classes"]}
+    assert [row["class_name"] for row in table["classes"]] == ["circle", "square", "triangle", "star"], "most errors first"
+    figures = ("detections", "tp", "fp", "fn", "precision", "recall")
+    assert {name: tuple(row[key] for key in figures) for name, row in rows.items()} == {
+        "circle": (1, 1, 0, 1, 1.0, 0.5), "square": (1, 0, 1, 0, 0.0, None),
+        "triangle": (0, 0, 0, 1, None, 0.0), "star": (2, 2, 0, 0, 1.0, 1.0),
+    }  # fmt: skip
+    assert tuple(table["all"][key] for key in figures) == (4, 3, 1, 2, 0.75, 0.6)
+    assert rows["star"]["energy_in_box"] == pytest.approx((0.5 + 0.9 / 4 + 0.5 + 0.8 / 4) / 2)
+    assert rows["triangle"]["energy_in_box"] is None, "a missed object's map is not a detection's"
+
+
+def test_a_detectors_report_without_truth_has_no_matches_and_no_precision(tmp_path):
+    from gradcam_cli.report.build import build_report
+
+    out = detector_run(tmp_path)
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    for record in records:
+        record["missed"] = None
+        for found in record.get("detections") or []:
+            found["match"] = found["iou"] = None
+    (out / "records.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    data = read_data(build_report(out).parent)
+    assert [c["kind"] for c in data["cards"]] == ["detection"] * 4 + ["empty", "image"]
+    table = data["header"]["detection"]
+    energy = pytest.approx(0.5 + (0.95 + 0.9 + 0.6 + 0.8) / 16)  # the mean of the detections' 0.5 + score / 4
+    assert not table["has_truth"] and table["all"] == {
+        "detections": 4, "tp": 0, "fp": 0, "fn": 0, "energy_in_box": energy, "precision": None, "recall": None
+    }  # fmt: skip
+
+
+def test_a_box_outside_its_photo_shows_the_whole_pictures(tmp_path):
+    from gradcam_cli.report.build import build_report
+
+    out = detector_run(tmp_path)
+    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
+    records[0]["detections"][1]["box"] = [400.0, 10.0, 500.0, 50.0]  # another photo's box, or a record edited by hand
+    (out / "records.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    said: list[str] = []
+    star = read_data(build_report(out, warn=said.append).parent)["cards"][1]
+    assert (star["thumb_w"], star["thumb_h"]) == (256, 192) and star["overlay_thumb"] and said == []
+
+
+def test_malformed_detection_records_are_bad_lines(tmp_path):
+    """A detector's fields are checked as the others: boxes of four finite numbers, a score, a known match; each bad
+    line counted and left out, the good ones shown."""
+    from gradcam_cli.report.collect import collect
+
+    out = detector_run(tmp_path)
+    good = json.loads((out / "records.jsonl").read_text().splitlines()[0])
+    found, lost = good["detections"][0], good["missed"][0]
+
+    def edited(name: str, detections: object = None, missed: object = None) -> str:
+        return json.dumps({**good, "input": name, "detections": detections or good["detections"], "missed": missed or good["missed"]})
+
+    bad = [
+        edited("three.png", [{**found, "box": [1, 2, 3]}]),
+        edited("text.png", [{**found, "box": [1, 2, "3", 4]}]),
+        edited("nan.png", [{**found, "score": 12345.5}]).replace("12345.5", "NaN"),
+        edited("no-score.png", [{k: v for k, v in found.items() if k != "score"}]),
+        edited("match.png", [{**found, "match": "maybe"}]),
+        edited("rank.png", [{**found, "rank": 1.5}]),
+        edited("energy.png", [{**found, "energy_in_box": "high"}]),
+        edited("detections.png", "many"),
+        edited("missed.png", missed={"rank": 0}),
+        edited("candidate.png", missed=[{**lost, "candidate_box": [1, 2, 3, 4, 5]}]),
+        edited("no-box.png", missed=[{k: v for k, v in lost.items() if k != "box"}]),
+    ]
+    (tmp_path / "bad.jsonl").write_text("\n".join(bad) + "\n", encoding="utf-8")
+    said: list[str] = []
+    collected = collect(out, [tmp_path / "bad.jsonl"], said.append)
+    assert len(said) == 1 and said[0].endswith(f"bad.jsonl: {len(bad)} line(s) are not gradcam records; left out"), said
+    assert len(collected.records) == 4
+
+
+def test_a_crop_holds_its_box_with_a_margin_inside_the_photo():
+    from gradcam_cli.report.thumbs import Crop, crop_region
+
+    left, top, right, bottom = crop_region(Crop((100.0, 100.0, 140.0, 200.0), (320, 240)), (320, 240))
+    assert left < 100 and top < 100 and right > 140 and bottom > 200, "the box and a margin"
+    assert (bottom - top) / (right - left) <= 4 / 3 + 0.05, "a tall box's crop is widened"
+    # past the corner: the box's 20 x 40 px inside, 8 px around, widened to 42 (3:4), shifted back inside
+    assert crop_region(Crop((300.0, 200.0, 330.0, 250.0), (320, 240)), (320, 240)) == (278, 184, 320, 240)
+    assert crop_region(Crop((140.0, 200.0, 100.0, 100.0), (320, 240)), (320, 240)) == (left, top, right, bottom), "corners in any order"
+    assert crop_region(Crop((400.0, 10.0, 500.0, 50.0), (320, 240)), (320, 240)) is None, "outside the photo: no crop"
+    side_by_side = crop_region(Crop((100.0, 100.0, 140.0, 200.0), (320, 240)), (2 * 320 + 3, 240 + 20))
+    assert side_by_side == (left + 323, top, right + 323, bottom), "the map is the right end; a caption band is below"
+    assert crop_region(Crop((100.0, 100.0, 140.0, 200.0)), (320, 240)) == (left, top, right, bottom), "no frame: the picture's own"
+
+
+def test_crops_are_cut_from_one_decoding_per_picture_and_reused_while_fresh(tmp_path, monkeypatch):
+    from gradcam_cli.report import thumbs
+    from gradcam_cli.report.build import build_report
+
+    out = detector_run(tmp_path)
+    decoded: list[str] = []
+    load = thumbs.load_image
+    monkeypatch.setattr(thumbs, "load_image", lambda path, *args, **kwargs: decoded.append(Path(path).name) or load(path, *args, **kwargs))
+    build_report(out)
+    assert sorted(decoded) == sorted(["scene0.png", "scene1.png", "scene2.png", "scene0.png.hirescam.png", "scene1.png.hirescam.png",
+                                      "scene2.png.hirescam.png", "scene0.png.hirescam.det0.png"]), decoded  # fmt: skip
+    made = {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in (out / "report" / "thumbs").iterdir()}
+    assert len(made) == 2 * 6 + 2
+    decoded.clear()
+    build_report(out)
+    assert decoded == [] and {path: (path.stat().st_ino, path.stat().st_mtime_ns) for path in made} == made
+
+
+@pytest.mark.slow  # builds the example detector and runs it twice
+def test_report_of_a_real_detector_run(tmp_path, run_cli):
+    """The example detector on three scenes: with --each a card per detection shows its own picture; without it (side by
+    side) the image's picture, the map cut from its right half."""
+    shapes = __import__("test_example_detector")._import("shapes")
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    (tmp_path / "scenes").mkdir()
+    for number in range(3):
+        shapes.make_detection_scene(rng, 320, 256)[0].save(tmp_path / "scenes" / f"s{number}.png")
+    for folder, flags in (("each", ["--each"]), ("side", ["--style", "side-by-side"])):
+        result = run_cli("explain", "scenes", *DETECTOR, *DETECTOR_FILES, *DETECTOR_LABELS, "-o", folder, "--json", "--report", *flags)
+        assert result.code == 0, result.stderr
+        found = [d for record in result.records() for d in record["detections"]]
+        data = read_data(Path(folder) / "report")
+        cards, table = data["cards"], data["header"]["detection"]
+        assert len(found) >= 3 and [c["kind"] for c in cards] == ["detection"] * len(found)
+        assert [(c["class_name"], c["score"], c["box"]) for c in cards] == [(d["class_name"], d["score"], d["box"]) for d in found]
+        assert table["all"]["detections"] == len(found) and not table["has_truth"] and table["all"]["fn"] == 0
+        for card in cards:
+            assert card["own_overlay"] is (folder == "each")
+            assert card["overlay"].endswith(f".det{card['rank']}.png" if folder == "each" else ".hirescam.png")
+            report = Path(folder) / "report"
+            with Image.open(report / card["thumb"]) as photo, Image.open(report / card["overlay_thumb"]) as drawn:
+                assert photo.size == drawn.size and max(photo.size) < 256, "a crop of the box, not the whole scene"
+                difference = np.abs(np.asarray(photo, np.int16) - np.asarray(drawn, np.int16)).mean()
+                assert difference > 10, "the map's crop is the map, not the photo beside it"

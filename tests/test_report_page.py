@@ -29,7 +29,7 @@ from PIL import Image
 
 from browser import launched
 from conftest import EXAMPLES, ROOT
-from test_report import read_data
+from test_report import detector_run, read_data
 
 pytestmark = pytest.mark.slow  # a real browser and three real runs: about a minute for the file on 2 cores
 
@@ -173,6 +173,15 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Report:
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory: pytest.TempPathFactory) -> Report:
     return plain_run(tmp_path_factory.mktemp("plain"))
+
+
+@pytest.fixture(scope="module")
+def detections(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    """A detector's run with truth (test_report.detector_run), its classes named by the hostile labels file."""
+    from gradcam_cli.report.build import build_report
+
+    index = build_report(detector_run(tmp_path_factory.mktemp("detections"), CLASSES))
+    return Report(index, read_data(index.parent), [])
 
 
 def open_page(browser: Any, index: Path, width: int = 1280, height: int = 900) -> tuple[Any, list[str]]:
@@ -644,3 +653,70 @@ def test_screenshots(browser: Any, report: Report) -> None:
         page.evaluate("new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")  # a frame after the scroll
         page.screenshot(path=str(ARTIFACTS / name), full_page=width > 600)
         close(page, errors)
+
+
+# ------------------------------------------------------------------ a detector's report
+
+
+def test_a_detectors_page_has_a_card_per_object_a_table_per_class_and_match_filters(browser: Any, detections: Report) -> None:
+    """Opens on the false positives and the missed objects; every object is a card; the table per class replaces the
+    matrix and its numbers filter the cards; tp, fp and fn, a class and a minimum score hide the others."""
+    page, errors = open_page(browser, detections.index)
+    cards = detections.cards
+
+    def judged(*matches: str) -> set[str]:
+        return detections.ids(lambda c: c.get("match") in matches)
+
+    assert page.input_value("#filter-match") == "errors" and shown_ids(page) == judged("fp", "fn") and len(judged("fp", "fn")) == 3
+    assert "Opened on the 3 errors" in page.inner_text("#notice")
+    page.click("#show-all")
+    assert matches(page) == len(cards) == 8 and shown_ids(page) == detections.ids()
+    kinds = [c.get("kind", "image") for c in shown(page)]  # the failed image's card is a classifier's
+    assert (kinds.count("detection"), kinds.count("missed"), kinds.count("empty"), kinds.count("image")) == (4, 2, 1, 1)
+    assert page.is_visible("#detections table") and page.is_hidden("#panel-confusion") and page.is_hidden("#panel-classes")
+    assert page.is_hidden("#filter-predicted") and page.is_visible("#filter-class") and page.is_visible("#min-score")
+    table = detections.data["header"]["detection"]
+    rows = page.eval_on_selector_all("#detections tbody tr", "rows => rows.map(r => [...r.cells].slice(0, 5).map(c => c.textContent))")
+    assert rows == [[row["class_name"], *(str(row[k]) for k in ("detections", "tp", "fp", "fn"))] for row in table["classes"]]
+    total = page.eval_on_selector_all("#detections tfoot td", "cells => cells.map(c => c.textContent)")
+    assert total[:7] == ["all classes", "4", "3", "1", "2", "75.0%", "60.0%"]
+    assert page.locator("#detections td.l *, #cards .cls *, #filter-class option *").count() == 0, "class names are text"
+
+    for value, keep in [
+        ("tp", judged("tp")),
+        ("fp", judged("fp")),
+        ("fn", judged("fn")),
+        ("found", detections.ids(lambda c: c["kind"] == "detection")),
+    ]:
+        page.select_option("#filter-match", value)
+        assert keep and shown_ids(page) == keep, value
+        assert {c["match"] for c in shown(page)} == ({"tp", "fp"} if value == "found" else {value})
+    page.click("#reset")
+    page.select_option("#filter-class", f"={STAR}")
+    assert shown_ids(page) == detections.ids(lambda c: c["class_name"] == STAR) and len(shown(page)) == 2
+    page.click("#reset")
+    page.fill("#min-score", "0.85")
+    assert shown_ids(page) == detections.ids(lambda c: (c.get("score") or 0) >= 0.85) and len(shown(page)) == 2
+    page.click("#reset")
+    element(page, "#detections button", filter="match", match="fn", key=f"={CIRCLE}").click()
+    assert shown_ids(page) == detections.ids(lambda c: c["kind"] == "missed" and c["class_name"] == CIRCLE)
+    page.click('#counts button[data-match="fp"]')
+    assert shown_ids(page) == judged("fp") and page.input_value("#filter-match") == "fp"
+
+    page.click("#reset")
+    page.select_option("#sort", "score")
+    scores = [c.get("score", "") for c in shown(page)]
+    assert scores[:4] == ["0.95", "0.9", "0.8", "0.6"] and set(scores[4:]) == {""}, "missed objects and the rest last"
+    circle = element(page, "#cards .card", kind="detection", match="tp", **{"class": CIRCLE})
+    links = circle.eval_on_selector_all("a", "els => Object.fromEntries(els.map(a => [a.textContent || a.className, a.href]))")
+    assert (
+        file_of(links["its map"]).name == "scene0.png.hirescam.det0.png" and file_of(links["every box"]).name == "scene0.png.hirescam.png"
+    )
+    assert file_of(circle.eval_on_selector("a.thumb-overlay", "a => a.href")) == file_of(links["its map"])
+    assert file_of(circle.eval_on_selector("a.thumb-original", "a => a.href")).name == "scene0.png"
+    page.select_option("#sort", "id")
+    load_images(page)
+    assert page.evaluate("[...document.querySelectorAll('#cards img')].every(i => i.complete && i.naturalWidth > 0)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "report-detections.png"), full_page=True)
+    close(page, errors)

@@ -19,9 +19,11 @@ from gradcam_cli.report.cards import header, locator, place_files, record_cards,
 from gradcam_cli.report.collect import Warn, collect
 from gradcam_cli.report.legend import legends
 from gradcam_cli.report.page import write_page
-from gradcam_cli.report.thumbs import make_thumbs
+from gradcam_cli.report.thumbs import Crop, Fit, Thumb, make_crop_thumbs, make_thumbs
 
 REPORT_FOLDER = "report"
+Place = tuple[Path | None, Path | None, Crop | None]  # a card's photo, its overlay, and the box cut from both (None: whole)
+Cut = tuple[Path | None, Crop | None]  # a picture and the box cut from it
 
 
 def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn = lambda _m: None, workers: int = 0) -> Path:
@@ -32,13 +34,16 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
     cards, places, replaced = [], [], 0
     for record in collected.records:
         for card in record_cards(record):
-            written = card["_overlay"]
-            photo, overlay = place_files(card, locate, report_dir)
+            written, picture = card["_overlay"], card.get("_picture")
+            photo, overlay, crop = place_files(card, locate, report_dir)
             if overlay is not None and not is_records_picture(record, overlay, collected.writers.get(str(written))):
                 card["overlay"] = card["npy"] = None  # a later run wrote over its picture: never show another run's map
                 card["replaced"], overlay, replaced = True, None, replaced + 1
+            every_box = locate(picture) if card.get("picture") else None  # a detector's picture beside its own
+            if every_box is not None and not is_records_picture(record, every_box, collected.writers.get(str(picture))):
+                card["picture"] = None
             cards.append(card)
-            places.append((photo, overlay))
+            places.append((photo, overlay, crop))
     if replaced:
         warn(f"{replaced} card(s) show no map: a later run with other settings wrote over their pictures (its cards show them)")
     _thumbnails(report_dir, cards, places, workers or min(8, os.cpu_count() or 1))
@@ -52,15 +57,42 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
     return write_page(report_dir, data)
 
 
-def _thumbnails(report_dir: Path, cards: list[dict[str, Any]], places: list[tuple[Path | None, Path | None]], workers: int) -> None:
-    """Photos first (one thumbnail per photo, shared by its cards), then each overlay fitted to its photo's."""
-    photos = list(dict.fromkeys(photo for photo, _ in places if photo is not None))
+def _thumbnails(report_dir: Path, cards: list[dict[str, Any]], places: list[Place], workers: int) -> None:
+    """Photos first (one thumbnail per photo, shared by its cards), then each overlay fitted to its photo's; a
+    detector's cards: their boxes cut from both (report/thumbs.py)."""
+    whole = [(photo, overlay) for photo, overlay, crop in places if crop is None]
+    photos = list(dict.fromkeys(photo for photo, _ in whole if photo is not None))
     photo_thumbs = dict(zip(photos, make_thumbs(report_dir, ((photo, "", None) for photo in photos), workers)))
     overlay_jobs = []
-    for photo, overlay in places:
+    for photo, overlay in whole:
         if overlay is not None:
             box = photo_thumbs.get(photo) if photo is not None else None
             overlay_jobs.append((overlay, "o", (box.width, box.height) if box else None))
     overlay_thumbs = dict(zip((job[0] for job in overlay_jobs), make_thumbs(report_dir, overlay_jobs, workers)))
-    for card, (photo, overlay) in zip(cards, places):
-        set_thumbs(card, photo_thumbs.get(photo) if photo else None, overlay_thumbs.get(overlay) if overlay else None)
+    cut = _crops(report_dir, [place for place in places if place[2] is not None], workers)
+    for card, (photo, overlay, crop) in zip(cards, places):
+        if crop is not None:
+            set_thumbs(card, cut.get((photo, crop)), cut.get((overlay, crop)))
+        else:
+            set_thumbs(card, photo_thumbs.get(photo) if photo else None, overlay_thumbs.get(overlay) if overlay else None)
+
+
+def _crops(report_dir: Path, places: list[Place], workers: int) -> dict[Cut, Thumb | None]:
+    """Each box cut from its photo (a photo decoded once for all its boxes), then from its map, fitted to the photo's cut."""
+    from_photos: dict[Path, dict[Crop, Fit]] = {}
+    for photo, _, crop in places:
+        if photo is not None and crop is not None:
+            from_photos.setdefault(photo, {})[crop] = None
+    cut = _cut(report_dir, from_photos, "", workers)
+    from_maps: dict[Path, dict[Crop, Fit]] = {}
+    for photo, overlay, crop in places:
+        if overlay is not None and crop is not None:
+            shape = cut.get((photo, crop))
+            from_maps.setdefault(overlay, {})[crop] = (shape.width, shape.height) if shape else None
+    return {**cut, **_cut(report_dir, from_maps, "o", workers)}
+
+
+def _cut(report_dir: Path, wanted: dict[Path, dict[Crop, Fit]], kind: str, workers: int) -> dict[Cut, Thumb | None]:
+    jobs = [(source, kind, list(crops.items())) for source, crops in wanted.items()]
+    made = make_crop_thumbs(report_dir, jobs, workers)
+    return {(source, crop): thumb for (source, _, pairs), thumbs in zip(jobs, made) for (crop, _), thumb in zip(pairs, thumbs)}

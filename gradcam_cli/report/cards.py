@@ -1,4 +1,5 @@
-"""Records → the page's cards (one per image and explained class) and its header, in report/page.py's schema."""
+"""Records → the page's cards (one per image and explained class; a detector's: report/detections.py) and its header,
+in report/page.py's schema."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from gradcam_cli.report.check import is_text
+from gradcam_cli.report.detections import class_table, detection_cards, is_detection
 from gradcam_cli.report.legend import run_colours
-from gradcam_cli.report.thumbs import Thumb
+from gradcam_cli.report.thumbs import Crop, Thumb
 
 Locate = Callable[[str | None], Path | None]
 
@@ -55,9 +57,11 @@ def _predicted(record: dict[str, Any]) -> tuple[dict[str, Any] | None, float | N
 
 
 def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cards of one record, paths not yet located: one per explained class; a failed or skipped image: one."""
+    """The cards of one record, paths not yet located: one per explained class (a detector's: one per object); a
+    failed or skipped image: one."""
     top, margin = _predicted(record)
     common = {
+        "kind": "image",
         "input": record["input"],
         "name": PurePath(record["input"]).name,
         "ok": bool(record.get("ok")),
@@ -73,6 +77,8 @@ def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
         "layers": record.get("layers") or [],
         "model": record.get("model"),
     }
+    if record.get("ok") and is_detection(record):
+        return detection_cards(record, common)
     targets = record.get("targets") or []
     if not targets:
         overlay = (record.get("outputs") or [None])[0]
@@ -92,13 +98,17 @@ def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def place_files(card: dict[str, Any], locate: Locate, report_dir: Path) -> tuple[Path | None, Path | None]:
-    """The card's links to its full-size files; returns the photo and the overlay to make thumbnails of."""
+def place_files(card: dict[str, Any], locate: Locate, report_dir: Path) -> tuple[Path | None, Path | None, Crop | None]:
+    """The card's links to its full-size files; returns the photo and the overlay to make thumbnails of, and the box
+    to cut from both (a detector's card) or None (the whole pictures)."""
     photo, overlay = locate(card["input"]), locate(card.pop("_overlay"))
     card["original"], card["overlay"] = link(photo, report_dir), link(overlay, report_dir)
     card["npy"] = link(locate(card.pop("_npy")), report_dir)
+    if "_picture" in card:  # a detector's: the image's picture, every box over its map, beside the card's own
+        picture = locate(card.pop("_picture"))
+        card["picture"] = link(picture, report_dir) if picture != overlay else None
     card.setdefault("metrics", {})
-    return photo, overlay
+    return photo, overlay, card.pop("_crop", None)
 
 
 def set_thumbs(card: dict[str, Any], photo: Thumb | None, overlay: Thumb | None) -> None:
@@ -132,6 +142,7 @@ def header(cards: list[dict[str, Any]], runs: list[dict[str, Any]], generated: s
         },
         "has_truth": bool(judged),
         "metrics": metrics,
+        "detection": class_table(cards),
     }
 
 

@@ -3,7 +3,8 @@
 A records file is anyone's text: a line edited by hand, written by another
 tool or another version. A record is shown only when every field the page
 reads has the type explain writes (records.py), every number is finite and
-every string is valid UTF-8 (no lone surrogate from a `\\ud800` escape);
+every string is valid UTF-8 (no lone surrogate from a `\\ud800` escape), and a
+detector's boxes are four such numbers;
 anything else is a bad line, counted and left out, never an internal error
 half-way through the build.
 """
@@ -73,6 +74,11 @@ def shaped(fields: dict[str, Check], required: tuple[str, ...] = ()) -> Check:
     return check
 
 
+def is_box(value: Any) -> bool:
+    """x1, y1, x2, y2: four finite numbers."""
+    return isinstance(value, list) and len(value) == 4 and all(is_number(number) for number in value)
+
+
 def _metrics(value: Any) -> bool:
     return isinstance(value, dict) and all(is_text(name) and (number is None or is_number(number)) for name, number in value.items())
 
@@ -84,6 +90,16 @@ TARGET = shaped(
     {"class_index": WHOLE, "class_name": TEXT, "probability": NUMBER, "blank": FLAG, "overlay": TEXT, "raw": TEXT, "metrics": METRICS}
 )
 SETTINGS = shaped({"norm": TEXT, "colormap": TEXT})
+FOUND = shaped(  # records.DetectionRecord: a kept detection (its match "tp" or "fp" where the truth was given)
+    {"rank": WHOLE, "box": is_box, "class_index": WHOLE, "class_name": TEXT, "score": is_number, "blank": FLAG,
+     "energy_in_box": NUMBER, "peak_in_box": FLAG, "overlay": TEXT, "match": optional(lambda m: m in ("tp", "fp")), "iou": NUMBER},
+    required=("box", "score"),
+)  # fmt: skip
+MISSED = shaped(  # records.MissedRecord: a true object no kept detection matched
+    {"rank": WHOLE, "box": is_box, "class_index": WHOLE, "class_name": TEXT, "candidate_box": optional(is_box),
+     "candidate_score": NUMBER, "candidate_iou": NUMBER, "blank": FLAG, "energy_in_box": NUMBER, "peak_in_box": FLAG, "overlay": TEXT},
+    required=("box",),
+)  # fmt: skip
 RECORD = shaped(
     {
         "input": is_text,
@@ -100,6 +116,8 @@ RECORD = shaped(
         "targets": optional(list_of(TARGET)),
         "metrics": METRICS,
         "settings": optional(SETTINGS),
+        "detections": optional(list_of(FOUND)),
+        "missed": optional(list_of(MISSED)),
     },
     required=("input", "ok"),
 )

@@ -38,9 +38,19 @@ window.GRADCAM_REPORT = {
     counts: {images, cards, failed, blank, skipped, with_truth, correct, wrong},
     has_truth: bool,                             // some card has a true class: the page opens on the wrong ones
     metrics: ["deletion_auc", ...],              // names of the numeric card metrics present (sortable), maybe []
+    detection: null | {                          // a detector's cards are here (report/detections.py): the table per class
+      has_truth: bool,                           // some detection or missed object is judged: tp, fp, precision, recall
+      classes: [{class_name: "star"|null, class_index: 3|null,  // the most errors first (with truth), else the most found
+                 detections: 3, tp: 2, fp: 1, fn: 1,            // kept; true and false positives; missed objects
+                 energy_in_box: 0.87|null,                      // the mean share of a detection's map inside its box
+                 precision: 0.67|null, recall: 0.67|null}],     // null: no truth, or nothing to divide by
+      all: {detections, tp, fp, fn, energy_in_box, precision, recall},  // the same over every class
+    },
   },
   cards: [{                                      // one per (image, explained class); a failed image: one card, ok false
     id: 0,                                       // position, stable
+    kind: "image"|"detection"|"missed"|"empty",  // a classifier's card; a detector's: one per kept detection, one per missed
+                                                 // object, one for an image with neither ("empty": its whole picture)
     input: "val/cat/1.jpg", name: "1.jpg",       // the input as the run named it; its file name (search)
     ok: true, error: null|"message",
     class_index: 281|null, class_name: "tabby"|null,  // the explained class
@@ -56,6 +66,15 @@ window.GRADCAM_REPORT = {
     overlay: "../1_gradcam.png"|null, npy: "../1_gradcam.npy"|null,
     replaced: true|absent,                       // a later run with other settings wrote over its picture: none shown
     metrics: {deletion_auc: 0.12, ...},          // numeric, maybe {}
+    // a detector's cards ("detection", "missed") also hold, the explained class being the detected (or true) one:
+    rank: 0, box: [x1, y1, x2, y2],              // its place in the record's list; its box in the photo's pixels
+    score: 0.93|null,                            // the detector's score (null: a missed object)
+    match: "tp"|"fp"|"fn"|null, iou: 0.91|null,  // with truth: matched or not, missed ("fn"); its IoU with a true box
+    energy_in_box: 0.87|null, peak_in_box: true|null,  // the share of its map inside its box; its peak in it
+    candidate_box, candidate_score, candidate_iou,     // a missed object's: the best candidate of its class, or null
+    own_overlay: bool,                           // overlay is its own picture (--each), else the image's picture
+    picture: "../x.png.hirescam.png"|null,       // the image's picture with every box, when overlay is its own
+                                                 // thumb and overlay_thumb: the box cut from the photo and from the map
   }],
 }
 """

@@ -15,8 +15,15 @@
  *     #filter-failed     select: "" all, "true" failed only, "false" ok only
  *     #filter-model, #filter-method   select: "" all or one value (shown when the report has several)
  *     #filter-lowconf    checkbox: the model's top-1 probability below #threshold (number input, default 0.5)
+ *   A detector's report (header.detection set) also has, shown only there:
+ *     #filter-class      select: "" all, "=KEY" the detections and missed objects of one class (KEY as above)
+ *     #filter-match      select: "" all, "found" (every kept detection), "tp", "fp", "fn" (missed objects), "errors"
+ *                        (fp and fn), "unknown" (no truth); without truth only "" and "found"
+ *     #min-score         number input ("input" event): only detections scoring at least this ("" = any; the cards
+ *                        without a score, missed objects and images with nothing found, are left out while it is set)
  *     #sort              select: "id" (run order), "probability" (of the explained class), "margin" (top-1 - top-2),
- *                        "name" (file name), "metric:NAME" for each NAME in header.metrics
+ *                        "name" (file name), "metric:NAME" for each NAME in header.metrics; a detector's report:
+ *                        "score", "energy_in_box", "iou" (and probability and margin only where a classifier's cards are)
  *     #sort-dir          select: "asc" | "desc" (missing values always sort last)
  *     #page-size         select: cards per page, "0" = all on one page (pages of 2,000 beyond that)
  *     #page-first, #page-prev, #page-next, #page-last   buttons; #page-info reads "page 2 of 5"
@@ -30,9 +37,14 @@
  *     #classes    table; buttons [data-filter="predicted"|"truth"|"wrong"][data-key="=KEY"]; #classes-more shows every class
  *     #confusion  table, rows the true class, columns the predicted one; buttons [data-truth][data-pred] ("=KEY" or "*other")
  *     #pairs      the most confused pairs: buttons [data-truth][data-pred]
+ *     #detections a detector's table per class (in place of the matrix): buttons [data-filter="match"]
+ *                 [data-match="found"|"tp"|"fp"|"fn"][data-key="=KEY"|""] (its last row, every class: ""); #counts then
+ *                 also has buttons [data-filter="match"][data-match="found"|"tp"|"fp"|"fn"]
  *   Cards: #cards > article.card with data-id, data-input, data-class (the explained class: name, or index),
  *     data-probability ("" when none), data-correct ("true"|"false"|""), data-blank, data-ok ("true"|"false"),
- *     data-predicted, data-truth ("" when none).
+ *     data-predicted, data-truth ("" when none). A detector's cards (article.card.card-det) have data-id, data-input,
+ *     data-class, data-blank, data-ok, and data-kind ("detection", "missed", "empty": an image with nothing found),
+ *     data-match ("tp"|"fp"|"fn"|""), data-score ("" when none).
  *   performance marks: "gradcam:start" when app.js starts (data.js parsed), "gradcam:first-render" once the summary and
  *     the first page of cards are in the DOM, "gradcam:first-frame" after the first frame showing them, and
  *     "gradcam:rendered" after every render of the cards (the first included); document.body.dataset.renders counts them.
@@ -143,6 +155,17 @@
     if (c.correct === false) wrongCards++;
   }
   var hasTruth = !!H.has_truth || truthCards > 0;
+
+  // a detector's cards: one per detection or missed object (report/detections.py), the table per class in H.detection
+  var DET = H.detection && Array.isArray(H.detection.classes) ? H.detection : null;
+  var isDet = new Array(N), detKey = new Array(N), detErrors = 0, detJudged = 0;
+  for (i = 0; i < N; i++) {
+    c = cards[i];
+    isDet[i] = c.kind === "detection" || c.kind === "missed" || c.kind === "empty";
+    detKey[i] = isDet[i] ? classKey(c.class_name, c.class_index) : null;
+    if (c.match === "fp" || c.match === "fn") detErrors++;
+    if (c.match != null) detJudged++;
+  }
 
   // classes, counted per image (model + input: one image explained for several classes is one prediction)
   var classes = new Map(); // key -> {pred, truth, wrong}
@@ -276,7 +299,22 @@
       ct += tile("with true class", num(withTruth)) + tile("correct", num(correct), "correct", " tile-good") + tile("wrong", num(wrong), "wrong", wrong ? " tile-bad" : "");
       if (correct + wrong > 0) ct += tile("accuracy", ((100 * correct) / (correct + wrong)).toFixed(1) + "%");
     }
+    if (DET) ct += detectionTiles(DET.all || {}, !!DET.has_truth);
     $("counts").innerHTML = '<div class="tiles">' + ct + "</div>";
+  }
+
+  // a detector's counts: its detections, and where the truth was given how many are right, wrong and missed
+  function detectionTiles(all, judged) {
+    function tile(label, n, match, extra) {
+      var inner = '<span class="tile-v">' + esc(num(n || 0)) + '</span><span class="tile-k">' + esc(label) + "</span>";
+      return '<button type="button" class="tile' + (n ? extra : "") + '" data-filter="match" data-match="' + match + '" title="show these cards">' + inner + "</button>";
+    }
+    function ratio(label, v) {
+      return '<span class="tile"><span class="tile-v">' + esc(pct(v)) + '</span><span class="tile-k">' + esc(label) + "</span></span>";
+    }
+    var h = tile("detections", all.detections, "found", "");
+    if (judged) h += tile("true positives", all.tp, "tp", " tile-good") + tile("false positives", all.fp, "fp", " tile-bad") + tile("missed", all.fn, "fn", " tile-bad") + ratio("precision", all.precision) + ratio("recall", all.recall);
+    return h + ratio("energy in box", all.energy_in_box);
   }
 
   // the colour legend: each colour scale the overlays use, low (0) to high (1), and what the numbers mean
@@ -393,6 +431,33 @@
     $("pairs").innerHTML = ph;
   }
 
+  // a detector's table per class, in place of the confusion matrix: what was found, right, wrong and missed, and how much
+  // of each detection's map lies inside its box; a click on a number shows those cards
+  function renderDetections() {
+    if (!DET) return;
+    $("panel-detections").hidden = false;
+    var judged = !!DET.has_truth;
+    function cell(n, match, key, bad) {
+      if (!n) return '<td><span class="zero">0</span></td>';
+      return '<td><button type="button"' + (bad ? ' class="bad"' : "") + ' data-filter="match" data-match="' + match + '" data-key="' + esc(key) + '">' + num(n) + "</button></td>";
+    }
+    function row(e, label, key) {
+      var h = '<td class="l" title="' + esc(label) + '">' + esc(label) + "</td>" + cell(e.detections, "found", key);
+      if (judged) h += cell(e.tp, "tp", key) + cell(e.fp, "fp", key, true) + cell(e.fn, "fn", key, true) + "<td>" + pct(e.precision) + "</td><td>" + pct(e.recall) + "</td>";
+      return h + "<td>" + pct(e.energy_in_box) + "</td>";
+    }
+    var h = '<table class="classes det-classes"><thead><tr><th class="l">class</th><th title="the detections the model kept">detections</th>';
+    if (judged) h += '<th title="true positives: detections that match a true box of their class">tp</th><th title="false positives: detections that match no true box of their class">fp</th><th title="false negatives: true objects no detection matched">missed</th><th title="tp / (tp + fp)">precision</th><th title="tp / (tp + missed)">recall</th>';
+    h += '<th title="the mean share of a detection\'s map inside its own box">energy in box</th></tr></thead><tbody>';
+    DET.classes.forEach(function (e) {
+      var key = classKey(e.class_name, e.class_index) || "";
+      h += "<tr>" + row(e, keyLabel(key || "=?"), key) + "</tr>";
+    });
+    h += '</tbody><tfoot><tr class="all">' + row(DET.all || {}, "all classes", "") + "</tr></tfoot></table>";
+    var note = plural(DET.classes.length, "class") + (judged ? ", the most errors first" : ", the most detections first") + "; energy in box: the mean share of a detection's map inside its box; click a number to filter.";
+    $("detections").innerHTML = '<p class="muted small">' + esc(note) + "</p>" + h;
+  }
+
   function fillSelects() {
     function options(counter, label) {
       var keys = classList.filter(function (e) { return e[counter] > 0; }).map(function (e) { return e; });
@@ -417,13 +482,34 @@
     }
     simple("filter-model", "ctl-model", models);
     simple("filter-method", "ctl-method", methods);
-    var so = '<option value="id">run order</option><option value="probability">probability</option><option value="margin">margin (top-1 − top-2)</option><option value="name">file name</option>';
+    if (DET) fillDetectionSelects();
+    var so = '<option value="id">run order</option>';
+    if (!DET || classList.length) so += '<option value="probability">probability</option><option value="margin">margin (top-1 − top-2)</option>';
+    if (DET) so += '<option value="score">score</option><option value="energy_in_box">energy in box</option><option value="iou">IoU</option>';
+    so += '<option value="name">file name</option>';
     metricNames.forEach(function (m) {
       so += '<option value="metric:' + esc(m) + '">' + esc(m) + "</option>";
     });
     $("sort").innerHTML = so;
-    $("sort").value = "probability";
-    $("sort-dir").value = "desc";
+    $("sort").value = DET ? "id" : "probability"; // a detector's: each image's objects together, as the run found them
+    $("sort-dir").value = DET ? "asc" : "desc";
+  }
+
+  // a detector's controls: its classes, what matched (with truth), a minimum score; a classifier's shown only beside its cards
+  function fillDetectionSelects() {
+    $("ctl-class").hidden = $("ctl-match").hidden = $("ctl-score").hidden = false;
+    var rows = DET.classes.slice().sort(function (a, b) {
+      return collator.compare(keyLabel(classKey(a.class_name, a.class_index) || "=?"), keyLabel(classKey(b.class_name, b.class_index) || "=?"));
+    });
+    var h = '<option value="">all classes</option>';
+    rows.forEach(function (e) {
+      var key = classKey(e.class_name, e.class_index);
+      if (key) h += '<option value="' + esc(key) + '">' + esc(keyLabel(key)) + " (" + num(e.detections + e.fn) + ")</option>";
+    });
+    $("filter-class").innerHTML = h;
+    if (!DET.has_truth) $("filter-match").innerHTML = '<option value="">all</option><option value="found">detections</option>';
+    else $("filter-match").querySelector('option[value=""]').insertAdjacentHTML("afterend", '<option value="found">detections (tp and fp)</option>');
+    if (!classList.length) $("ctl-predicted").hidden = $("ctl-low").hidden = $("panel-classes").hidden = true;
   }
 
   // ---- sorting and filtering ---------------------------------------------------------------------------------
@@ -471,6 +557,9 @@
       method: $("filter-method").value,
       low: $("filter-lowconf").checked,
       threshold: isNaN(threshold) ? 0.5 : threshold,
+      cls: $("filter-class").value,
+      match: $("filter-match").value,
+      minScore: $("min-score").value.trim() === "" || isNaN(parseFloat($("min-score").value)) ? null : parseFloat($("min-score").value),
     };
   }
 
@@ -478,6 +567,13 @@
     if (!want) return true;
     if (key == null) return false;
     return want === OTHER ? !inMatrix.has(key) : key === want;
+  }
+
+  function matchIs(want, c) {
+    if (want === "errors") return c.match === "fp" || c.match === "fn";
+    if (want === "found") return c.kind === "detection";
+    if (want === "unknown") return c.match == null;
+    return c.match === want;
   }
 
   function matching(f, order) {
@@ -495,6 +591,9 @@
       if (f.model && c.model !== f.model) continue;
       if (f.method && c.method !== f.method) continue;
       if (f.low && !(top1[j] != null && top1[j] < f.threshold)) continue;
+      if (f.cls && detKey[j] !== f.cls) continue;
+      if (f.match && !matchIs(f.match, c)) continue;
+      if (f.minScore != null && !(typeof c.score === "number" && c.score >= f.minScore)) continue;
       out.push(j);
     }
     return out;
@@ -511,17 +610,22 @@
     return '<a class="' + cls + '" href="' + esc(f) + '" target="_blank" rel="noopener" title="open the full-size ' + kind + '">' + img + "</a>";
   }
 
+  function nameHtml(c) {
+    var input = String(c.input == null ? "" : c.input), slash = Math.max(input.lastIndexOf("/"), input.lastIndexOf("\\"));
+    var h = '<div class="name" title="' + esc(input) + '">' + esc(c.name) + "</div>";
+    if (slash > 0) h += '<div class="path" title="' + esc(input) + '">' + esc(input.slice(0, slash + 1)) + "</div>";
+    return h;
+  }
+
   function cardHtml(j, f) {
+    if (isDet[j]) return detectionCardHtml(j);
     var c = cards[j];
     var explained = c.class_name != null && c.class_name !== "" ? String(c.class_name) : c.class_index != null ? String(c.class_index) : "";
     var correct = c.correct === true ? "true" : c.correct === false ? "false" : "";
     var low = c.ok && top1[j] != null && top1[j] < f.threshold;
     var h = '<article class="card' + (c.ok ? "" : " is-failed") + (c.correct === false ? " is-wrong" : "") + '" data-id="' + esc(c.id != null ? c.id : j) + '" data-input="' + esc(c.input) + '" data-class="' + esc(explained) + '" data-probability="' + (typeof c.probability === "number" ? c.probability : "") + '" data-correct="' + correct + '" data-blank="' + (c.blank ? "true" : "false") + '" data-ok="' + (c.ok ? "true" : "false") + '" data-predicted="' + esc(predKey[j] ? predKey[j].slice(1) : "") + '" data-truth="' + esc(c.true_class == null ? "" : c.true_class) + '">';
     h += '<div class="thumbs">' + thumbHtml(c.thumb, c.original, "original", c) + thumbHtml(c.overlay_thumb, c.overlay, "overlay", c) + "</div>";
-    h += '<div class="body">';
-    var input = String(c.input == null ? "" : c.input), slash = Math.max(input.lastIndexOf("/"), input.lastIndexOf("\\"));
-    h += '<div class="name" title="' + esc(input) + '">' + esc(c.name) + "</div>";
-    if (slash > 0) h += '<div class="path" title="' + esc(input) + '">' + esc(input.slice(0, slash + 1)) + "</div>";
+    h += '<div class="body">' + nameHtml(c);
     var b = "";
     if (!c.ok) b += '<span class="badge badge-failed">failed</span>';
     if (c.correct === true) b += '<span class="badge badge-good">correct</span>';
@@ -566,8 +670,53 @@
     return h;
   }
 
+  // a detector's card: its box cut from the photo and from its map, what was found (or missed), how its map sits there
+  function detectionCardHtml(j) {
+    var c = cards[j];
+    var cls = c.class_name != null && c.class_name !== "" ? String(c.class_name) : c.class_index != null ? String(c.class_index) : "";
+    var wrong = c.match === "fp" || c.match === "fn";
+    var h = '<article class="card card-det' + (wrong ? " is-wrong" : "") + '" data-id="' + esc(c.id != null ? c.id : j) + '" data-input="' + esc(c.input) + '" data-kind="' + esc(c.kind) + '" data-class="' + esc(cls) + '" data-score="' + (typeof c.score === "number" ? c.score : "") + '" data-match="' + esc(c.match || "") + '" data-blank="' + (c.blank ? "true" : "false") + '" data-ok="true">';
+    h += '<div class="thumbs">' + thumbHtml(c.thumb, c.original, "original", c) + thumbHtml(c.overlay_thumb, c.overlay, "overlay", c) + "</div>";
+    h += '<div class="body">' + nameHtml(c);
+    var b = "";
+    if (c.match === "tp") b += '<span class="badge badge-good" title="a true positive: it matches a true box of its class">tp</span>';
+    if (c.match === "fp") b += '<span class="badge badge-bad" title="a false positive: it matches no true box of its class">fp</span>';
+    if (c.match === "fn") b += '<span class="badge badge-bad" title="missed: no kept detection matches this true object">fn</span>';
+    if (c.kind === "empty") b += '<span class="badge badge-low" title="the detector kept no box in this image">nothing found</span>';
+    if (c.blank) b += '<span class="badge badge-warn" title="the heat map is blank: no evidence for this object at this layer">blank</span>';
+    if (b) h += '<div class="badges">' + b + "</div>";
+    if (c.kind !== "empty") h += detectionLines(c, cls);
+    var meta = [c.model, c.method, (c.layers || []).join(", ")].filter(function (x) { return x; });
+    if (c.rank != null && c.kind !== "empty") meta.push((c.kind === "missed" ? "missed " : "detection ") + c.rank);
+    if (meta.length) h += '<div class="meta">' + meta.map(function (m) { return "<bdi>" + esc(m) + "</bdi>"; }).join(" · ") + "</div>";
+    var links = [];
+    if (url(c.original)) links.push('<a href="' + esc(url(c.original)) + '" target="_blank" rel="noopener">original</a>');
+    if (url(c.overlay)) links.push('<a href="' + esc(url(c.overlay)) + '" target="_blank" rel="noopener">' + (c.own_overlay ? "its map" : "picture") + "</a>");
+    if (url(c.picture)) links.push('<a href="' + esc(url(c.picture)) + '" target="_blank" rel="noopener">every box</a>');
+    if (links.length) h += '<div class="links">' + links.join("") + "</div>";
+    return h + "</div></article>";
+  }
+
+  function detectionLines(c, cls) {
+    var score = function (v) { return typeof v === "number" ? v.toFixed(2) : "–"; };
+    var h = '<div class="line"><span class="k">' + (c.kind === "missed" ? "missed" : "found") + '</span> <b class="cls">' + esc(cls) + "</b>";
+    if (c.class_name && c.class_index != null) h += ' <span class="muted">#' + esc(c.class_index) + "</span>";
+    if (c.kind === "detection") h += ' <span class="p">score ' + score(c.score) + "</span>";
+    h += "</div>";
+    if (c.kind === "missed") {
+      h += '<div class="line"><span class="k">best candidate</span> ' + (c.candidate_score != null ? "score " + score(c.candidate_score) + (c.candidate_iou != null ? ", IoU " + score(c.candidate_iou) : "") : '<span class="muted">none of its class</span>') + "</div>";
+    } else if (c.iou != null) {
+      h += '<div class="line"><span class="k">' + (c.match === "tp" ? "IoU with its true box" : "best IoU of its class") + "</span> " + score(c.iou) + "</div>";
+    }
+    var m = [];
+    if (typeof c.energy_in_box === "number") m.push('<span title="the share of its map\'s energy inside its box"><span class="k">energy in box</span> ' + pct(c.energy_in_box) + "</span>");
+    if (c.peak_in_box != null) m.push('<span title="whether its map\'s peak falls inside its box"><span class="k">peak in box</span> ' + (c.peak_in_box ? "yes" : '<span class="bad">no</span>') + "</span>");
+    if (m.length) h += '<div class="metrics">' + m.join("") + "</div>";
+    return h;
+  }
+
   // ---- state and rendering -----------------------------------------------------------------------------------
-  var matches = [], page = 0, renders = 0, filters = readFilters(), openedOnWrong = false;
+  var matches = [], page = 0, renders = 0, filters = readFilters(), openedOn = null;
   var cardsEl = $("cards");
 
   function pageSize() {
@@ -582,8 +731,8 @@
     filters = readFilters();
     matches = matching(filters, sortedOrder($("sort").value, $("sort-dir").value));
     page = 0;
-    if (openedOnWrong && filters.correct !== "wrong") {
-      openedOnWrong = false;
+    if (openedOn && $(openedOn[0]).value !== openedOn[1]) {
+      openedOn = null;
       $("notice").hidden = true;
     }
     render();
@@ -645,7 +794,7 @@
 
   function clearFilters() {
     $("search").value = "";
-    ["filter-predicted", "filter-truth", "filter-correct", "filter-blank", "filter-failed", "filter-model", "filter-method"].forEach(function (id) {
+    ["filter-predicted", "filter-truth", "filter-correct", "filter-blank", "filter-failed", "filter-model", "filter-method", "filter-class", "filter-match", "min-score"].forEach(function (id) {
       $(id).value = "";
     });
     $("filter-lowconf").checked = false;
@@ -661,7 +810,7 @@
   var toolbar = $("toolbar");
   toolbar.addEventListener("input", function (ev) {
     var id = ev.target.id;
-    if (id === "search") update();
+    if (id === "search" || id === "min-score") update();
     else if (id === "threshold") {
       $("filter-lowconf").checked = true;
       update();
@@ -669,7 +818,7 @@
   });
   toolbar.addEventListener("change", function (ev) {
     var id = ev.target.id;
-    if (id === "search" || id === "threshold") return; // handled on input
+    if (id === "search" || id === "threshold" || id === "min-score") return; // handled on input
     if (id === "thumbs") {
       cardsEl.dataset.thumbs = ev.target.value;
       return;
@@ -707,6 +856,9 @@
       else if (filter === "wrong" || filter === "correct") {
         $("filter-correct").value = filter;
         if (key) setSelect("filter-truth", key);
+      } else if (filter === "match") {
+        setSelect("filter-match", el.getAttribute("data-match") || "");
+        if (key) setSelect("filter-class", key);
       } else if (filter === "failed") $("filter-failed").value = "true";
       else if (filter === "blank") $("filter-blank").value = "true";
     } else return;
@@ -733,10 +885,17 @@
   renderLegend();
   renderClasses();
   renderConfusion();
+  renderDetections();
   fillSelects();
-  if (hasTruth && wrongCards > 0) {
+  if (DET && DET.has_truth && detErrors > 0) {
+    $("filter-match").value = "errors";
+    openedOn = ["filter-match", "errors"];
+    var nd = $("notice");
+    nd.innerHTML = "Opened on the " + esc(plural(detErrors, "error")) + " (false positives and missed objects, of " + esc(num(detJudged)) + " judged). " + '<button type="button" id="show-all">Show all ' + esc(num(N)) + "</button>";
+    nd.hidden = false;
+  } else if (hasTruth && wrongCards > 0) {
     $("filter-correct").value = "wrong";
-    openedOnWrong = true;
+    openedOn = ["filter-correct", "wrong"];
     var n = $("notice");
     n.innerHTML = "Opened on the " + esc(plural(wrongCards, "wrong card")) + " (of " + esc(num(truthCards)) + " with a true class). " + '<button type="button" id="show-all">Show all ' + esc(num(N)) + "</button>";
     n.hidden = false;
