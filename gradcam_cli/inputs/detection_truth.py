@@ -24,7 +24,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -34,7 +33,8 @@ from typing import Protocol
 from gradcam_cli.errors import UsageError, cut, option, printable
 from gradcam_cli.inputs.paths_table import PathTable
 from gradcam_cli.inputs.truth import Truth, truth_of
-from gradcam_cli.inputs.yolo_labels import YoloFolder, YoloLine, read_text
+from gradcam_cli.inputs.cells import finite_number, read_text, shown
+from gradcam_cli.inputs.yolo_labels import YoloFolder, YoloLine
 from gradcam_cli.values import ClassIndex
 
 SLACK_PX = 1.0  # a box may pass its image's edge by this much (rounding in whatever wrote it); it is clipped to the edge
@@ -44,7 +44,6 @@ COCO_HINT = (
     "a COCO file has `images` [{id, file_name}], `annotations` [{image_id, category_id, bbox: [x, y, w, h]}], `categories` [{id, name}]"
 )
 BOX_HINT = "boxes are in the image's own pixels: x1,y1,x2,y2 in a CSV, COCO's [x, y, width, height], YOLO's fractions 0..1"
-SHOWN = 40  # characters of an offending value in a message
 
 
 @dataclass(frozen=True)
@@ -204,13 +203,13 @@ def _coco_truth(path: Path, classes: ClassIndex, mark: str) -> DetectionTruth:
     files: dict[object, str] = {}
     for image_id, name in _coco_items(mark, data, "images", ("id", "file_name")):
         if not isinstance(name, str) or not name.strip():
-            raise UsageError(f"{mark}: image id {_shown(image_id)} has file_name {_shown(name)}", hint=COCO_HINT)
+            raise UsageError(f"{mark}: image id {shown(image_id)} has file_name {shown(name)}", hint=COCO_HINT)
         files[image_id] = name.strip()
     truths: dict[object, Truth] = {}
     for category_id, name in _coco_items(mark, data, "categories", ("id", "name")):
         if not isinstance(name, str) or not name.strip():
-            raise UsageError(f"{mark}: category {_shown(category_id)} has name {_shown(name)}", hint=COCO_HINT)
-        truths[category_id] = truth_of(classes, name, f"{mark} category {_shown(category_id)}")
+            raise UsageError(f"{mark}: category {shown(category_id)} has name {shown(name)}", hint=COCO_HINT)
+        truths[category_id] = truth_of(classes, name, f"{mark} category {shown(category_id)}")
     boxes: dict[object, list[WrittenBox]] = {image_id: [] for image_id in files}
     annotations = data.get("annotations")
     if not isinstance(annotations, list):
@@ -220,7 +219,7 @@ def _coco_truth(path: Path, classes: ClassIndex, mark: str) -> DetectionTruth:
         if found is not None:
             image_id, box = found
             if image_id not in boxes:
-                raise UsageError(f"{mark} {box.where}: image_id {_shown(image_id)} is no image's id in `images`", hint=COCO_HINT)
+                raise UsageError(f"{mark} {box.where}: image_id {shown(image_id)} is no image's id in `images`", hint=COCO_HINT)
             boxes[image_id].append(box)
     table = _table(path, ((files[image_id], found) for image_id, found in boxes.items()))
     return DetectionTruth(path, table, _unknown(box for found in boxes.values() for box in found))
@@ -235,7 +234,7 @@ def _coco_items(mark: str, data: dict[str, object], key: str, fields: tuple[str,
     for number, item in enumerate(items):
         if not isinstance(item, dict) or any(field not in item for field in fields):
             missing = ", ".join(field for field in fields if not isinstance(item, dict) or field not in item)
-            raise UsageError(f"{mark} {key}[{number}]: no {missing} in {_shown(item)}", hint=COCO_HINT)
+            raise UsageError(f"{mark} {key}[{number}]: no {missing} in {shown(item)}", hint=COCO_HINT)
         pairs.append((_key(item[fields[0]]), item[fields[1]]))
     return pairs
 
@@ -246,18 +245,18 @@ def _coco_box(mark: str, number: int, annotation: object, truths: dict[object, T
     wanted = ("image_id", "category_id", "bbox")
     if not isinstance(annotation, dict) or any(field not in annotation for field in wanted):
         missing = ", ".join(field for field in wanted if not isinstance(annotation, dict) or field not in annotation)
-        raise UsageError(f"{mark} {where}: no {missing} in {_shown(annotation)}", hint=COCO_HINT)
+        raise UsageError(f"{mark} {where}: no {missing} in {shown(annotation)}", hint=COCO_HINT)
     if "id" in annotation:
         where += f" (id {cut(printable(str(annotation['id'])), 20)})"
     if annotation.get("iscrowd"):
         return None
     bbox = annotation["bbox"]
-    numbers = [_number(value) for value in bbox] if isinstance(bbox, list) else []
+    numbers = [finite_number(value) for value in bbox] if isinstance(bbox, list) else []
     if len(numbers) != 4 or any(value is None for value in numbers):
-        raise UsageError(f"{mark} {where}: bbox {_shown(bbox)} is not [x, y, width, height] in pixels", hint=COCO_HINT)
+        raise UsageError(f"{mark} {where}: bbox {shown(bbox)} is not [x, y, width, height] in pixels", hint=COCO_HINT)
     category = _key(annotation["category_id"])
     if category not in truths:
-        raise UsageError(f"{mark} {where}: category_id {_shown(category)} is no category's id in `categories`", hint=COCO_HINT)
+        raise UsageError(f"{mark} {where}: category_id {shown(category)} is no category's id in `categories`", hint=COCO_HINT)
     x, y, w, h = (float(value) for value in numbers if value is not None)
     return _key(annotation["image_id"]), WrittenBox((x, y, x + w, y + h), False, truths[category], where)
 
@@ -295,7 +294,7 @@ def _csv_truth(path: Path, classes: ClassIndex, mark: str) -> DetectionTruth:
 
 def _is_header(cells: Sequence[str]) -> bool:
     """`path,class,x1,y1,x2,y2`, or any first row whose four coordinates are all words."""
-    return len(cells) == 6 and all(cell[:1].isalpha() and _number(cell) is None for cell in cells[2:6])
+    return len(cells) == 6 and all(cell[:1].isalpha() and finite_number(cell) is None for cell in cells[2:6])
 
 
 def _csv_row(mark: str, number: int, cells: list[str], classes: ClassIndex) -> tuple[str, WrittenBox | None]:
@@ -308,34 +307,14 @@ def _csv_row(mark: str, number: int, cells: list[str], classes: ClassIndex) -> t
     if len(cells) == 2:
         raise UsageError(f"{mark} {where}: `path,class` is a classifier's truth; a detector's needs each object's box", hint=ROW_HINT)
     if len(cells) != 6:
-        raise UsageError(f"{mark} {where}: {len(cells)} columns ({_shown(','.join(cells))}), not 6", hint=ROW_HINT)
+        raise UsageError(f"{mark} {where}: {len(cells)} columns ({shown(','.join(cells))}), not 6", hint=ROW_HINT)
     if not cells[1]:
         raise UsageError(f"{mark} {where}: no class in the second column", hint=ROW_HINT)
     numbers = []
     for name, cell in zip(("x1", "y1", "x2", "y2"), cells[2:]):
-        value = _number(cell)
+        value = finite_number(cell)
         if value is None:
-            raise UsageError(f"{mark} {where}: {name} is {_shown(cell)}, not a number", hint=ROW_HINT)
+            raise UsageError(f"{mark} {where}: {name} is {shown(cell)}, not a number", hint=ROW_HINT)
         numbers.append(value)
     truth = truth_of(classes, cells[1], f"{mark} {where}")
     return cells[0], WrittenBox((numbers[0], numbers[1], numbers[2], numbers[3]), False, truth, where)
-
-
-def _number(value: object) -> float | None:
-    """A finite number from a CSV cell or a JSON value; None for anything else (true/false is no coordinate)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _shown(value: object) -> str:
-    """An offending value, short and on one line, in backticks."""
-    try:
-        text = value if isinstance(value, str) else json.dumps(value)
-    except (TypeError, ValueError, RecursionError):
-        text = type(value).__name__
-    return f"`{cut(printable(text), SHOWN)}`"

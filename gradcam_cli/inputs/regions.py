@@ -40,6 +40,7 @@ from typing import Protocol
 import numpy as np
 
 from gradcam_cli.errors import GradcamError, UsageError, cut, one_line, option, printable
+from gradcam_cli.inputs.cells import SHOWN, finite_number, read_text, shown
 from gradcam_cli.inputs.decode import open_regular
 from gradcam_cli.inputs.paths_table import PathTable
 
@@ -51,7 +52,6 @@ JSON_HINT = (
     'write {"img.jpg": [[x0, y0, x1, y1], ...]}, {"img.jpg": [{"box": [x0, y0, x1, y1], "class": "cat"}]} '
     'or [{"path": "img.jpg", "box": [x0, y0, x1, y1]}]'
 )
-SHOWN = 40  # characters of an offending value in a message
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def load_regions(spec: Path) -> RegionTable:
     kind = spec.suffix.lower()
     if kind not in (".csv", ".json"):
         raise UsageError(f"{mark}: not a .csv or .json file, nor a folder of masks", hint=FORMS)
-    text = _read_text(spec, mark)
+    text = read_text(spec, mark, FORMS, named=False)
     entries = _csv_entries(spec, mark, text) if kind == ".csv" else _json_entries(spec, mark, text)
     if not entries:
         raise UsageError(f"{mark} names no image", hint=ROW_HINT if kind == ".csv" else JSON_HINT)
@@ -111,42 +111,13 @@ def load_regions(spec: Path) -> RegionTable:
     return RegionTable(spec, table)
 
 
-def _read_text(spec: Path, mark: str) -> str:
-    try:
-        with open_regular(spec) as handle:
-            return handle.read().decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UsageError(f"{mark}: not UTF-8 text (a binary file?)", hint=FORMS) from None
-    except GradcamError:
-        raise UsageError(f"{mark}: not a regular file", hint=FORMS) from None
-    except OSError as error:
-        raise UsageError(f"{mark}: cannot read it ({error.strerror or error})", hint=FORMS) from None
-
-
-def _shown(value: object) -> str:
-    """An offending value, short and on one line, in backticks."""
-    text = value if isinstance(value, str) else json.dumps(value)
-    return f"`{cut(printable(text), SHOWN)}`"
-
-
-def _number(value: object) -> float | None:
-    """A finite number from a CSV cell or a JSON value; None for anything else (true/false is no coordinate)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return None
-    try:
-        number = float(value)
-    except (ValueError, OverflowError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _box(mark: str, values: Sequence[object]) -> tuple[int, int, int, int]:
     """x0,y0,x1,y1 checked: numbers, right of and below the top-left; fractions widened to the pixels they touch."""
     numbers = []
     for name, value in zip(BOX_COLUMNS, values):
-        number = _number(value)
+        number = finite_number(value)
         if number is None:
-            raise UsageError(f"{mark}: {name} is {_shown(value)}, not a number", hint=ORDER_HINT)
+            raise UsageError(f"{mark}: {name} is {shown(value)}, not a number", hint=ORDER_HINT)
         numbers.append(number)
     x0, y0, x1, y1 = numbers
     for low, high, low_name, high_name in ((x0, x1, "x0", "x1"), (y0, y1, "y0", "y1")):
@@ -157,7 +128,7 @@ def _box(mark: str, values: Sequence[object]) -> tuple[int, int, int, int]:
 
 def _is_header(cells: Sequence[str]) -> bool:
     """`path,x0,y0,x1,y1,class` or any first row whose four coordinates are all words."""
-    return len(cells) >= 5 and all(cell[:1].isalpha() and _number(cell) is None for cell in cells[1:5])
+    return len(cells) >= 5 and all(cell[:1].isalpha() and finite_number(cell) is None for cell in cells[1:5])
 
 
 def _csv_entries(spec: Path, mark: str, text: str) -> list[tuple[str, list[Region]]]:
@@ -181,9 +152,9 @@ def _csv_entries(spec: Path, mark: str, text: str) -> list[tuple[str, list[Regio
 
 def _csv_region(spec: Path, mark: str, number: int, cells: list[str]) -> Region:
     if len(cells) < 5:
-        raise UsageError(f"{mark}: {len(cells)} column(s) ({_shown(','.join(cells))}), a box needs 5", hint=ROW_HINT)
+        raise UsageError(f"{mark}: {len(cells)} column(s) ({shown(','.join(cells))}), a box needs 5", hint=ROW_HINT)
     if len(cells) > 6:
-        raise UsageError(f"{mark}: {len(cells)} columns ({_shown(','.join(cells))}), a box has at most 6", hint=ROW_HINT)
+        raise UsageError(f"{mark}: {len(cells)} columns ({shown(','.join(cells))}), a box has at most 6", hint=ROW_HINT)
     if not cells[0]:
         raise UsageError(f"{mark}: no path in the first column", hint=ROW_HINT)
     class_name = cells[5] if len(cells) == 6 and cells[5] else None
@@ -213,7 +184,7 @@ def _json_entries(spec: Path, mark: str, text: str) -> list[tuple[str, list[Regi
 
 
 def _is_one_box(value: object) -> bool:
-    return isinstance(value, list) and len(value) == 4 and all(_number(v) is not None and not isinstance(v, str) for v in value)
+    return isinstance(value, list) and len(value) == 4 and all(finite_number(v) is not None and not isinstance(v, str) for v in value)
 
 
 def _json_boxes(spec: Path, mark: str, key: str, value: object) -> list[Region]:
@@ -233,7 +204,7 @@ def _json_boxes(spec: Path, mark: str, key: str, value: object) -> list[Region]:
         elif isinstance(item, list):
             regions.append(_json_region(spec, f"{mark} {where}", where, {"box": item}))
         else:
-            raise UsageError(f"{mark} {where}: {_kind(item)} ({_shown(item)}), not [x0, y0, x1, y1]", hint=JSON_HINT)
+            raise UsageError(f"{mark} {where}: {_kind(item)} ({shown(item)}), not [x0, y0, x1, y1]", hint=JSON_HINT)
     return regions
 
 
@@ -242,17 +213,17 @@ def _json_item(spec: Path, mark: str, number: int, item: object) -> tuple[str, l
     where = f"item {number}"
     path = item.get("path") if isinstance(item, dict) else None
     if not isinstance(item, dict) or not isinstance(path, str) or not path.strip():
-        raise UsageError(f'{mark} {where}: {_shown(item)} has no "path" string', hint=JSON_HINT)
+        raise UsageError(f'{mark} {where}: {shown(item)} has no "path" string', hint=JSON_HINT)
     return path.strip(), [_json_region(spec, f"{mark} {where}", where, item)]
 
 
 def _json_region(spec: Path, mark: str, where: str, item: dict[str, object]) -> Region:
     box, class_value = item.get("box"), item.get("class")
     if not isinstance(box, list) or len(box) != 4:
-        shown = f"box {_shown(box)}" if "box" in item else f'no "box" (keys: {_shown(", ".join(item))})'
-        raise UsageError(f"{mark}: {shown}, not [x0, y0, x1, y1]", hint=ORDER_HINT)
+        found = f"box {shown(box)}" if "box" in item else f'no "box" (keys: {shown(", ".join(item))})'
+        raise UsageError(f"{mark}: {found}, not [x0, y0, x1, y1]", hint=ORDER_HINT)
     if class_value is not None and (isinstance(class_value, bool) or not isinstance(class_value, (str, int))):
-        raise UsageError(f"{mark}: class {_shown(class_value)} is neither a class name nor an index", hint=JSON_HINT)
+        raise UsageError(f"{mark}: class {shown(class_value)} is neither a class name nor an index", hint=JSON_HINT)
     class_name = str(class_value).strip() if class_value is not None else None
     return Region(_box(mark, box), None, class_name or None, f"{spec.name} {where}")
 

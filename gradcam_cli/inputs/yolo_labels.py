@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from gradcam_cli.errors import GradcamError, UsageError, cut, one_line, printable
-from gradcam_cli.inputs.decode import open_regular
+from gradcam_cli.errors import UsageError, cut, one_line, printable
+from gradcam_cli.inputs.cells import read_text
 
 LINE_HINT = "a YOLO label line is `class cx cy w h`: a class index or name, then the box's centre and size as fractions 0..1"
 NAMES_FILES = ("data.yaml", "data.yml", "classes.txt")  # the first one present gives the names
@@ -43,19 +43,6 @@ class YoloLine(NamedTuple):
     cy: float
     w: float
     h: float
-
-
-def read_text(path: Path, mark: str, hint: str) -> str:
-    """A small text file's UTF-8 text (a BOM dropped); one UsageError line when it cannot be read."""
-    try:
-        with open_regular(path) as handle:
-            return handle.read().decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise UsageError(f"{mark}: {printable(str(path))} is not UTF-8 text (a binary file?)", hint=hint) from None
-    except GradcamError:
-        raise UsageError(f"{mark}: {printable(str(path))} is not a regular file", hint=hint) from None
-    except OSError as error:
-        raise UsageError(f"{mark}: cannot read {printable(str(path))} ({error.strerror or error})", hint=hint) from None
 
 
 class YoloFolder:
