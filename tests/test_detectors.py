@@ -494,3 +494,12 @@ def test_compare_detection_on_a_classifier_is_one_line(run_cli, image_dir, tmp_p
         "compare", image_dir / "a.jpg", *model, "--methods", "gradcam", "--layers", "layer4", "--detection", "0", "-o", tmp_path
     )
     assert result.code != 0 and "--detection picks one of a detector's detections" in (result.stderr + result.stdout), result.stderr
+
+
+@pytest.mark.slow
+def test_layers_marks_the_levels_a_detectors_heads_read(run_cli) -> None:
+    result = run_cli("layers", f"{EXAMPLES / 'shapes_detector.py'}:build")
+    assert result.code == 0, result.stderr
+    marked = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("*")]
+    assert marked == [f"backbone.fpn.layer_blocks.{i}" for i in range(3)]
+    assert "# input 256x256" in result.stderr  # probed at the input a run gives it

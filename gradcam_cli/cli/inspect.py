@@ -41,7 +41,8 @@ def layers(
         net, source, arch = build_model(model, pretrained=False, kwargs=kwargs)
         net.eval()
         family = detector_family(net)  # a detector's defaults are its family's: the feature maps its heads read
-        input_hw = parse_input_size(given["input_size"]) if given.get("input_size") else default_input_hw(net)
+        own_hw = family.data_config(net).input_hw if family else default_input_hw(net)  # a detector: the input a run gives it
+        input_hw = parse_input_size(given["input_size"]) if given.get("input_size") else own_hw
         paths = family.default_layers(net) if family else default_layer_paths(net, arch, source, input_hw=input_hw)
         defaults = [layer.name for layer in resolve_layers(net, paths, model)]
         rows = layer_rows(net, input_hw, defaults, num_prefix_tokens(net, source, arch))
