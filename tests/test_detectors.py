@@ -503,3 +503,15 @@ def test_layers_marks_the_levels_a_detectors_heads_read(run_cli) -> None:
     marked = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("*")]
     assert marked == [f"backbone.fpn.layer_blocks.{i}" for i in range(3)]
     assert "# input 256x256" in result.stderr  # probed at the input a run gives it
+
+
+@pytest.mark.slow
+def test_truth_for_images_not_in_the_run_is_one_line(run_cli, tmp_path) -> None:
+    truth = _scenes(tmp_path / "in", 1)
+    truth["elsewhere.png"] = [(0, (1, 1, 20, 20))]
+    result = run_cli(
+        "explain", tmp_path / "in", *DETECTOR, "--truth", _truth_csv(tmp_path / "t.csv", truth), "-o", tmp_path / "o", "--json"
+    )
+    assert result.code == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "not among the inputs" in line]
+    assert len(lines) == 1 and "elsewhere.png" in lines[0] and "--truth names 1 image(s)" in lines[0]

@@ -46,6 +46,14 @@ class TruthJudge:
                 "their objects count as missed, unexplained"
             )
 
+    def unmatched_notice(self, inputs: list[Path]) -> str | None:
+        """One line for the truth's entries that name no input of the run (a typo, another split): they count for nothing."""
+        unmatched = self.truth.unmatched(inputs)
+        if not unmatched:
+            return None
+        shown = ", ".join(unmatched[:UNKNOWN_SHOWN]) + (", …" if len(unmatched) > UNKNOWN_SHOWN else "")
+        return f"⟨truth⟩ names {len(unmatched)} image(s) that are not among the inputs ({shown}); their boxes are not used"
+
     def boxes(self, path: Path, image_hw: tuple[int, int]) -> list[TrueBox] | None:
         """An input's true boxes (None: the truth says nothing of it); a box outside its image is the image's error."""
         return self.truth.of(path, image_hw)

@@ -121,9 +121,12 @@ class Explainer:
         summary = self.summary = Summary()
 
         said_empty = False
+        seen: list[Path] = []
 
         def report(record: ImageRecord) -> None:
             nonlocal said_empty
+            if self.judge is not None:  # a detector's truth: which of its entries named no input, said at the end
+                seen.append(Path(record.input))
             record = self._told_truth(record)
             summary.count(record)
             if record.detections == [] and not said_empty:  # a detector found nothing to explain: said once a run
@@ -157,6 +160,8 @@ class Explainer:
                 report(record)  # type: ignore[arg-type]
             raise
         pool.shutdown(wait=True)
+        if self.judge is not None and (notice := self.judge.unmatched_notice(seen)):
+            self.warn(notice)
         return summary
 
     def _told_truth(self, record: ImageRecord) -> ImageRecord:
