@@ -160,8 +160,8 @@ class Explainer:
                 report(record)  # type: ignore[arg-type]
             raise
         pool.shutdown(wait=True)
-        if self.judge is not None and (notice := self.judge.unmatched_notice(seen)):
-            self.warn(notice)
+        if self.judge is not None and (unmatched := self.judge.unmatched_notice(seen)):
+            self.warn(unmatched)
         return summary
 
     def _told_truth(self, record: ImageRecord) -> ImageRecord:
