@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -24,28 +23,9 @@ from torch import nn
 
 from gradcam_cli.errors import ModelError
 from gradcam_cli.model.data_config import DataConfig
+from gradcam_cli.model.detected import Detections
 
 UNIT_MEAN, UNIT_STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # pixels in [0, 1]: the model normalises them itself
-
-
-@dataclass(frozen=True)
-class Detections:
-    """One image's detections as the model scored them: boxes (K, 4) x1, y1, x2, y2 in the input's pixels,
-    labels (K,) class indices, scores (K,), in the forward's graph until `cpu()`."""
-
-    boxes: torch.Tensor
-    scores: torch.Tensor
-    labels: torch.Tensor
-
-    def __len__(self) -> int:
-        return int(self.scores.shape[0])
-
-    def cpu(self) -> Detections:
-        """Detached on the CPU, for the writer threads."""
-        return Detections(self.boxes.detach().float().cpu(), self.scores.detach().float().cpu(), self.labels.detach().cpu())
-
-    def take(self, index: torch.Tensor) -> Detections:
-        return Detections(self.boxes[index], self.scores[index], self.labels[index])
 
 
 class DetectorFamily(Protocol):
