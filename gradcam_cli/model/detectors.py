@@ -9,7 +9,8 @@ feature maps their heads read (the default layers), and how their output
 reads as `Detections`: one per image, scores still in the graph, so each
 detection's own score can be differentiated. torchvision's detectors are the
 first family (any model built of their classes: the shipped example detector
-too); Ultralytics and transformers follow behind the same protocol.
+too), Ultralytics' YOLO the second (model/yolo_detectors.py); transformers
+follows behind the same protocol.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from torch import nn
 from gradcam_cli.errors import ModelError
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.model.detected import Detections
+from gradcam_cli.model.yolo_detectors import YoloDetectors
 
 UNIT_MEAN, UNIT_STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # pixels in [0, 1]: the model normalises them itself
 
@@ -134,7 +136,7 @@ class TorchvisionDetectors:
                 setattr(owner, name, value)
 
 
-FAMILIES: tuple[DetectorFamily, ...] = (TorchvisionDetectors(),)
+FAMILIES: tuple[DetectorFamily, ...] = (TorchvisionDetectors(), YoloDetectors())
 
 
 def detector_family(model: nn.Module) -> DetectorFamily | None:
