@@ -79,6 +79,7 @@ def load_model(
     crop_pct: float | None = None,
     ema: bool = False,
     output: str | None = None,
+    trust_pickle: bool = False,
 ) -> ReadyModel:
     """The model as `gradcam explain --model NAME` builds it: eval mode, its own data config and class names, placed.
 
@@ -89,6 +90,8 @@ def load_model(
     with `model_kwargs` for the builder. `input_hw`, `mean`, `std` (0-1 scale), `interpolation` and `crop_pct`
     override the preprocessing the model comes with (a model of your own comes with ImageNet's); `ema=True` loads the
     checkpoint's EMA weights; `output` the key, attribute or index of the forward's result with the class scores.
+    `name` may be an Ultralytics YOLO detector, `"yolo:yolov8n.yaml"` (random weights: `pretrained=False`) or
+    `"yolo:path/to/best.pt"`, a pickle, loaded only with `trust_pickle=True`: loading it runs the code inside it.
     """
     preprocessing = checked_preprocessing(input_hw, mean, std, interpolation, crop_pct)
     if not isinstance(name, str) or not name.strip():
@@ -104,6 +107,7 @@ def load_model(
         preprocessing=preprocessing,
         ema=bool(ema),
         output=None if output is None else str(output),
+        trust_pickle=trust_pickle is True,
     )
     for notice in loaded.notices:
         warnings.warn(Notice(notice), stacklevel=2)  # spelled as this API's arguments, and as a command's flags there

@@ -7,7 +7,8 @@ Two choices of what the model sees:
   input/crop_pct, centre crop), as in training. The map covers the crop only;
   outside it the map is zero.
 - letterbox (a detector's data config): the whole image scaled to fit, its
-  aspect kept, the rest of the input black; boxes and maps come back exactly.
+  aspect kept, the rest of the input the config's pad value (black, Ultralytics'
+  grey 114); boxes and maps come back exactly.
 Normalisation (mean, std) and interpolation always come from the model's data config.
 """
 
@@ -114,15 +115,16 @@ def to_input_array(image: np.ndarray, geometry: Geometry, config: DataConfig) ->
     top, left = geometry.crop_offset
     in_h, in_w = geometry.input_hw
     array = np.asarray(pil, dtype=np.float32)
-    array = _pad_to(array, top, left, in_h, in_w)
+    array = _pad_to(array, top, left, in_h, in_w, config.pad)
     array = array / 255.0
     array = ((array - np.asarray(config.mean, dtype=np.float32)) / np.asarray(config.std, dtype=np.float32)).astype(np.float32)
     return np.ascontiguousarray(array.transpose(2, 0, 1))
 
 
-def _pad_to(array: np.ndarray, top: int, left: int, height: int, width: int) -> np.ndarray:
-    """Crop at (top, left); where the crop overhangs the image, pad with zeros like CenterCrop."""
-    out = np.zeros((height, width, array.shape[2]), dtype=array.dtype)
+def _pad_to(array: np.ndarray, top: int, left: int, height: int, width: int, pad: int = 0) -> np.ndarray:
+    """Crop at (top, left); where the crop overhangs the image, pad with `pad` (zeros like CenterCrop, unless the model's
+    letterbox has its own grey)."""
+    out = np.full((height, width, array.shape[2]), pad, dtype=array.dtype)
     src_y0, src_x0 = max(top, 0), max(left, 0)
     src_y1, src_x1 = min(top + height, array.shape[0]), min(left + width, array.shape[1])
     out[src_y0 - top : src_y1 - top, src_x0 - left : src_x1 - left] = array[src_y0:src_y1, src_x0:src_x1]

@@ -62,10 +62,13 @@ OPTIONS: tuple[Option, ...] = (
            help="Images, folders, glob patterns, or - to read paths from stdin (one per line).",
            doc="image files, folders, glob patterns (`'data/**/*.png'`), or `-` for paths on stdin (one per line)"),
     Option(name="model", flags=("--model", "-m"), kind=str, default=None, group="model", field="name", metavar="NAME",
-           help="timm name (tags and hf-hub:ORG/NAME work), torchvision:ARCH, hf:ORG/NAME or hf:DIR (transformers), or "
-                "your code: path/net.py:build or package.module:build (this runs that code).",
+           help="timm name (tags and hf-hub:ORG/NAME work), torchvision:ARCH, hf:ORG/NAME or hf:DIR (transformers), "
+                "yolo:best.pt or yolo:yolov8n.yaml (Ultralytics), or your code: path/net.py:build or package.module:build "
+                "(this runs that code).",
            doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`), `torchvision:ARCH`, a transformers "
-               "classifier (`hf:ORG/NAME`, `hf:/saved/dir`; the `[hf]` extra), or your own code: "
+               "classifier (`hf:ORG/NAME`, `hf:/saved/dir`; the `[hf]` extra), an Ultralytics YOLO detector "
+               "(`yolo:path/to/best.pt` with `--trust-pickle`, or a config, `yolo:yolov8n.yaml`, with random weights; "
+               "the `[yolo]` extra), or your own code: "
                "`path/to/net.py:build` or `package.module:build`, a callable returning an `nn.Module` (a class, a "
                "factory) or a module instance, by name. **This imports and runs that code**, as you ask; see "
                "[Your own model](#your-own-model)"),
@@ -81,6 +84,11 @@ OPTIONS: tuple[Option, ...] = (
            help="Load the checkpoint's EMA weights (timm's state_dict_ema) instead of its weights.",
            doc="with `--weights`: the exponential moving average of the weights the training kept (timm's "
                "`state_dict_ema`, `model_ema`) instead of the weights"),
+    Option(name="trust_pickle", flags=("--trust-pickle",), kind=bool, default=False, group="model",
+           help="Load a pickled model file (yolo:best.pt): this runs the code inside it; only for files you trust.",
+           doc="load a model file that is a pickle (an Ultralytics checkpoint, `yolo:best.pt`): **loading a pickled model "
+               "file runs the code inside it**, so give it only for files you trust. A config (`yolo:yolov8n.yaml`) needs "
+               "none, and `--weights` never unpickles code"),
     Option(name="output", flags=("--output",), kind=str, default=None, group="model", metavar="KEY|INDEX",
            help="Where the class scores are in what the forward returns (a key, attribute or index).",
            doc="where the class scores are in what the model's forward returns: a dict key or attribute (`logits`), or a "

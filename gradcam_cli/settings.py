@@ -16,7 +16,7 @@ from typing import Any
 
 from gradcam_cli.errors import UsageError, cut
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS, OPTIONS, Option, named
-from gradcam_cli.values import CODE_MODEL
+from gradcam_cli.values import CODE_MODEL, YOLO_PREFIX
 from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, Task, closest
 
 
@@ -27,6 +27,7 @@ class ModelSettings:
     weights: Path | None = None
     labels: Path | None = None
     ema: bool = False  # the checkpoint's EMA weights instead of its weights
+    trust_pickle: bool = False  # a pickled model file (an Ultralytics .pt) may be loaded: it runs the code inside it
     output: str | None = None  # the key, attribute or index of the forward's result holding the class scores
     kwargs: tuple[tuple[str, Any], ...] = ()  # for the model's builder, in the order given
     input_size: tuple[int, int] | None = None  # the preprocessing, where it overrides the model's own data config
@@ -43,10 +44,14 @@ class ModelSettings:
 
     def pretrained_said(self) -> bool | None:
         """What records say of the weights: the hub's pretrained ones (True), a file's or random ones (False), or,
-        for a model the user's code builds without ⟨weights⟩, whatever that code loads (None: not ours to say)."""
+        for a model the user's code builds without ⟨weights⟩, whatever that code loads (None: not ours to say); a YOLO
+        config's random ones (False) or a YOLO checkpoint's own (None)."""
         if self.weights is not None:
             return False
-        return None if CODE_MODEL.match(self.name.strip()) else self.pretrained
+        name = self.name.strip()
+        if name.startswith(YOLO_PREFIX):
+            return None if name.lower().endswith(".pt") else False
+        return None if CODE_MODEL.match(name) else self.pretrained
 
 
 @dataclass(frozen=True, kw_only=True)

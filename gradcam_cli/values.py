@@ -17,6 +17,7 @@ from gradcam_cli.vocab import Interpolation, values
 
 # `file.py:name` or `package.module:name`: a model the user's own code builds; the name may be dotted (`Net.small`)
 CODE_MODEL = re.compile(r"^(?P<where>.+\.py|[A-Za-z_][\w]*(?:\.[A-Za-z_][\w]*)*):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)$")
+YOLO_PREFIX = "yolo:"  # an Ultralytics model: `yolo:best.pt` or `yolo:yolov8n.yaml` (model/ultralytics_hub.py), before CODE_MODEL
 
 
 MAX_DIGITS = 20  # 2**64 has 20 digits: no index, count, size or argument needs more (and int() refuses 4,301)

@@ -48,6 +48,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "HF_HOME": str(cache / "hf"),
         "TORCH_HOME": str(cache / "torch"),
         "XDG_CACHE_HOME": str(cache / "xdg"),
+        "YOLO_CONFIG_DIR": str(cache / "ultralytics"),  # its settings file, written when ultralytics is first imported
+        "YOLO_OFFLINE": "1",  # no online check (a DNS lookup) on that import
     }.items():
         os.environ[name] = value
 

@@ -198,7 +198,7 @@ class Comparison:
         model = self.settings.model
         ready = api.load_model(  # its notices are Notice warnings: run() says them in compare's flags
             model.name, model.weights, model.labels, pretrained=model.pretrained, device=self.settings.run.device,
-            model_kwargs=dict(model.kwargs), ema=model.ema, output=model.output, **model.preprocessing(),
+            model_kwargs=dict(model.kwargs), ema=model.ema, output=model.output, trust_pickle=model.trust_pickle, **model.preprocessing(),
         )  # fmt: skip
         if paths is None:
             return ready, stage_paths(ready.model, ready.arch, ready.source, notice=self.warn, input_hw=ready.data_config.input_hw)

@@ -15,12 +15,12 @@ from gradcam_cli.option_table import BY_NAME, in_flags
 from gradcam_cli.values import parse_input_size, parse_kwarg
 from gradcam_cli.vocab import METHOD_NOTES
 
-LAYERS_TABLE_OPTIONS = ("model_kwargs", "input_size")  # what builds and probes the model as explain would
+LAYERS_TABLE_OPTIONS = ("model_kwargs", "input_size", "trust_pickle")  # what builds and probes the model as explain would
 
 
 def layers(
     ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:, hf:, or path/net.py:build).")],
+    model: Annotated[str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:, hf:, yolo:, path/net.py:build).")],
     depth: Annotated[int | None, typer.Option("--depth", "-d", help="Show modules down to this depth.", min=0)] = None,
     filter_text: Annotated[str | None, typer.Option("--filter", "-f", help="Only modules whose name or type contains this.")] = None,
     json_lines: Annotated[bool, typer.Option("--json", help="One JSON record per module.")] = False,
@@ -38,7 +38,7 @@ def layers(
 
     kwargs = dict(parse_kwarg(text) for text in given.get("model_kwargs") or ())
     with model_prints_to_stderr():  # stdout carries the module tree only, whatever the model's code prints
-        net, source, arch = build_model(model, pretrained=False, kwargs=kwargs)
+        net, source, arch = build_model(model, pretrained=False, kwargs=kwargs, trust_pickle=bool(given.get("trust_pickle")))
         net.eval()
         family = detector_family(net)  # a detector's defaults are its family's: the feature maps its heads read
         own_hw = family.data_config(net).input_hw if family else default_input_hw(net)  # a detector: the input a run gives it

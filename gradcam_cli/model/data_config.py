@@ -27,6 +27,7 @@ class DataConfig:
     crop_pct: float = 1.0
     crop_mode: str = "center"
     fit: str = "stretch"  # without crop, how the photo fills the input: stretched to it, or "letterbox" (a detector's)
+    pad: int = 0  # the value (0-255, before normalisation) of the input pixels no photo covers: Ultralytics' letterbox is grey 114
 
 
 def default_input_hw(model: nn.Module) -> tuple[int, int]:

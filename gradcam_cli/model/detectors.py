@@ -9,8 +9,8 @@ feature maps their heads read (the default layers), and how their output
 reads as `Detections`: one per image, scores still in the graph, so each
 detection's own score can be differentiated. torchvision's detectors are the
 first family (any model built of their classes: the shipped example detector
-too), transformers' DETRs the second (model/hf_detectors.py); Ultralytics
-follows behind the same protocol.
+too); transformers' DETRs (model/hf_detectors.py) and Ultralytics' YOLO
+(model/yolo_detectors.py) follow behind the same protocol.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from gradcam_cli.errors import ModelError
 from gradcam_cli.found import Detections
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.model.hf_detectors import HfDetectors
+from gradcam_cli.model.yolo_detectors import YoloDetectors
 
 UNIT_MEAN, UNIT_STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # pixels in [0, 1]: the model normalises them itself
 
@@ -145,7 +146,7 @@ class TorchvisionDetectors:
                 setattr(owner, name, value)
 
 
-FAMILIES: tuple[DetectorFamily, ...] = (TorchvisionDetectors(), HfDetectors())
+FAMILIES: tuple[DetectorFamily, ...] = (TorchvisionDetectors(), HfDetectors(), YoloDetectors())
 
 
 def detector_family(model: nn.Module) -> DetectorFamily | None:

@@ -16,6 +16,7 @@ from gradcam_cli.model.code_hub import CODE
 from gradcam_cli.model.hf_hub import HUGGING_FACE
 from gradcam_cli.model.timm_hub import TIMM
 from gradcam_cli.model.torchvision_hub import TORCHVISION
+from gradcam_cli.model.ultralytics_hub import ULTRALYTICS
 
 from torch import nn
 
@@ -66,9 +67,9 @@ class ModelSource(Protocol):
         """Prefix tokens (class, distillation, register) the family prepends when the module does not say."""
 
 
-# Asked in order: `torchvision:` and `hf:` before the user's `module:name` (which they would also spell); timm is last
-# because it reads every name (its own, hf-hub:).
-SOURCES: tuple[ModelSource, ...] = (TORCHVISION, HUGGING_FACE, CODE, TIMM)
+# Asked in order: `torchvision:`, `hf:` and `yolo:` before the user's `module:name` (which they would also spell); timm is
+# last because it reads every name (its own, hf-hub:).
+SOURCES: tuple[ModelSource, ...] = (TORCHVISION, HUGGING_FACE, ULTRALYTICS, CODE, TIMM)
 
 
 def source_for(name: str) -> tuple[ModelSource, str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gradcam_cli.errors import GradcamError, UsageError
+from gradcam_cli.model.consent import trusting_pickles
 from gradcam_cli.model.checkpoint import checkpoint_num_classes, classifier_name, fit_prefix, load_checkpoint, read_state_dict
 from gradcam_cli.model.detectors import DetectorFamily, checkpoint_classes, detector_family
 from gradcam_cli.model.downloads import build_error, hub_offline, library_noise_off, plan_download
@@ -92,10 +93,12 @@ def build_model(
     kwargs: Mapping[str, Any] | None = None,
     *,
     weights_follow: bool = False,
+    trust_pickle: bool = False,
 ) -> tuple[nn.Module, ModelSource, str]:
     """The bare module, the hub that built it and the architecture name; kwargs go to the hub's builder.
 
     `weights_follow`: the caller loads every parameter next (strictly), so none need filling (model/unfilled.py).
+    `trust_pickle`: the user trusts a pickled model file the name gives (an Ultralytics .pt), whose loading runs code.
     """
     label = name.strip()
     source, arch = source_for(label)
@@ -108,7 +111,7 @@ def build_model(
     # torch.hub announces a download on stdout ('Downloading: "..." to ...'),
     # which would corrupt the JSON Lines there; stdout is for results only.
     quiet = library_noise_off() if downloads else contextlib.nullcontext()
-    with contextlib.redirect_stdout(sys.stderr), quiet, hub_offline(unreachable is not None):
+    with contextlib.redirect_stdout(sys.stderr), quiet, hub_offline(unreachable is not None), trusting_pickles(trust_pickle):
         try:
             return _built(source, arch, pretrained, num_classes, kwargs, weights_follow), source, arch
         except GradcamError:
@@ -142,18 +145,21 @@ def load_model(
     preprocessing: Mapping[str, Any] | None = None,
     ema: bool = False,
     output: str | None = None,
+    trust_pickle: bool = False,
 ) -> LoadedModel:
     """Build, load weights, and attach the model's own data config and class names.
 
     `kwargs` go to the builder (⟨model_kwargs⟩); `preprocessing` (input_hw, mean, std, interpolation, crop_pct)
     overrides the data config the model comes with, where the user knows better or the model has none; `ema`: the
     checkpoint's EMA weights; `output`: the key, attribute or index of the forward's result that holds the class
-    scores (model/outputs.py has the rule without it).
+    scores (model/outputs.py has the rule without it); `trust_pickle`: the model file the name gives may be unpickled
+    (it runs the code inside it).
     """
     label_names = read_labels(labels) if labels is not None else None
     notices: list[str] = []
     state = read_state_dict(weights, ema=ema, notice=notices.append) if weights is not None else None
-    model, source, arch = build_model(name, pretrained=pretrained and state is None, kwargs=kwargs, weights_follow=state is not None)
+    trust, follows = {"trust_pickle": trust_pickle}, state is not None
+    model, source, arch = build_model(name, pretrained=pretrained and not follows, kwargs=kwargs, weights_follow=follows, **trust)
     stamp("build")
     family = detector_family(model)
     if state is not None:
@@ -162,7 +168,7 @@ def load_model(
         notices += [fitted] if fitted else []
         wanted = checkpoint_num_classes(model, state, weights) if family is None else checkpoint_classes(family, model, state)
         if wanted is not None and wanted != head_classes(model, family):
-            model, source, arch = build_model(name, pretrained=False, num_classes=wanted, kwargs=kwargs, weights_follow=True)
+            model, source, arch = build_model(name, pretrained=False, num_classes=wanted, kwargs=kwargs, weights_follow=True, **trust)
         load_checkpoint(model, state, weights)
         stamp("weights")
     model.eval()

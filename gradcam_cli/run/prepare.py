@@ -192,7 +192,7 @@ def _load(settings: ExplainSettings) -> model_load.LoadedModel:
     model = settings.model
     return model_load.load_model(
         model.name, pretrained=model.pretrained, weights=model.weights, labels=model.labels, kwargs=dict(model.kwargs),
-        preprocessing=model.preprocessing(), ema=model.ema, output=model.output,
+        preprocessing=model.preprocessing(), ema=model.ema, output=model.output, trust_pickle=model.trust_pickle,
     )  # fmt: skip
 
 
