@@ -88,7 +88,7 @@ def test_nms_keeps_what_ultralytics_keeps(conf: float) -> None:
     from gradcam_cli.model.yolo_detectors import YoloDetectors
 
     y, parts = _synthetic()
-    (found,) = YoloDetectors().read((y, parts), "the model")
+    (found,) = YoloDetectors().read((y, parts), "the model", (0, 0))
     above = found.scores.detach() > conf
     (theirs,) = non_max_suppression(y.detach(), conf_thres=conf, iou_thres=0.7, max_det=300)
     ours = torch.cat([found.boxes.detach()[above], found.scores.detach()[above, None], found.labels[above, None].float()], 1)
@@ -104,7 +104,7 @@ def test_each_score_is_the_heads_own_entry_in_the_graph() -> None:
     from gradcam_cli.model.yolo_detectors import YoloDetectors
 
     y, parts = _synthetic()
-    (found,) = YoloDetectors().read((y, parts), "the model")
+    (found,) = YoloDetectors().read((y, parts), "the model", (0, 0))
     (grad,) = torch.autograd.grad(found.scores.sum(), y)
     assert grad[0, :4].abs().sum() == 0 and grad[0, 4:].sum() == len(found)
     anchors = grad[0, 4:].nonzero()
@@ -143,7 +143,7 @@ def test_an_output_of_another_rule_is_one_line(output: str, says: str) -> None:
         "classes": (y, {**parts, "scores": torch.zeros(1, 5, 300)}),  # the parts score 5 classes, y 3
     }[output]
     with pytest.raises(ModelError, match="did not return what Ultralytics' Detect head returns") as error:
-        YoloDetectors().read(given, "the model")
+        YoloDetectors().read(given, "the model", (0, 0))
     assert says in str(error.value)
 
 
@@ -261,7 +261,7 @@ def test_a_detections_score_is_the_models_own(v8n, photo: Path) -> None:
     _, x = _letterboxed(photo, v8n.data_config)
     x.requires_grad_(True)
     y, parts = v8n.model(x)
-    (found,) = v8n.detector.read((y, parts), "yolov8n")
+    (found,) = v8n.detector.read((y, parts), "yolov8n", (0, 0))
     assert len(found) > 5
     boxes = torch.cat([y[0, :2] - y[0, 2:4] / 2, y[0, :2] + y[0, 2:4] / 2]).T.detach()
     for box, score, label in zip(found.boxes.detach()[:10], found.scores[:10], found.labels[:10]):
@@ -378,5 +378,5 @@ def test_other_generations_read_by_the_same_rule(config: str, layers: list[str],
     head = loaded.model.model[-1]
     assert loaded.detector.default_layers(loaded.model) == layers and not getattr(head, "end2end", False)
     with torch.no_grad():
-        (found,) = loaded.detector.read(loaded.model(_letterboxed(photo, loaded.data_config)[1]), config)
+        (found,) = loaded.detector.read(loaded.model(_letterboxed(photo, loaded.data_config)[1]), config, (0, 0))
     assert 0 < len(found) <= 300
