@@ -3,9 +3,10 @@
 One run, the programs alternating, each a fresh process timed end to end
 (start-up and model build included, peak RSS from the kernel): 640x480
 JPEG scenes, torchvision's fasterrcnn_mobilenet_v3_large_320_fpn with random
-weights (its box threshold opened), the top K detections of each image
-explained with GradCAM on the feature maps the heads read, one overlay per
-detection both ways (ours with --each, and its picture of all boxes too).
+weights (its box threshold opened) and Ultralytics' YOLOv8n from its config
+(random weights), the top K detections of each image explained with GradCAM
+on the feature maps the heads read, one overlay per detection both ways
+(ours with --each, and its picture of all boxes too).
 Ours: one forward per batch of images and one batched backward for all their
 detections. The reference (reference_detection.py): its tutorial's loop, a
 forward and a backward per box. Also: the time each extra detection adds
@@ -21,6 +22,7 @@ Not a test: timings depend on the machine. Prints ratios, which travel better.
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import re
 import sys
@@ -36,7 +38,20 @@ sys.path.insert(0, str(HERE))
 
 from speed import run_timed  # noqa: E402 - benchmarks/ is not a package
 
-MODEL = "fasterrcnn_mobilenet_v3_large_320_fpn"
+MODELS = {  # our --model and options, and the reference's own arguments
+    "fasterrcnn_mobilenet_v3_large_320_fpn": (
+        [
+            "--model",
+            "torchvision:fasterrcnn_mobilenet_v3_large_320_fpn",
+            "--model-kwargs",
+            "box_score_thresh=0.0",
+            "--input-size",
+            "480x640",
+        ],
+        [],
+    ),
+    "yolov8n.yaml": (["--model", "yolo:yolov8n.yaml"], ["--yolo", "yolov8n.yaml"]),
+}
 
 
 def make_scenes(folder: Path, count: int, seed: int = 5) -> None:
@@ -50,19 +65,20 @@ def make_scenes(folder: Path, count: int, seed: int = 5) -> None:
         image.save(folder / f"scene_{i:05d}.jpg", quality=90)
 
 
-def ours(folder: Path, out: Path, detections: int) -> list[str]:
+def ours(model: str, folder: Path, out: Path, detections: int) -> list[str]:
     return [
-        sys.executable, "-m", "gradcam_cli", "explain", str(folder), "--model", f"torchvision:{MODEL}", "--no-pretrained",
-        "--model-kwargs", "box_score_thresh=0.0", "--score-threshold", "0", "--max-detections", str(detections),
-        "--method", "gradcam", "--input-size", "480x640", "--each", "-o", str(out), "--json", "-q",
+        sys.executable, "-m", "gradcam_cli", "explain", str(folder), *MODELS[model][0], "--no-pretrained",
+        "--score-threshold", "0", "--max-detections", str(detections), "--method", "gradcam", "--each", "-o", str(out),
+        "--json", "-q",
     ]  # fmt: skip
 
 
-def reference(folder: Path, out: Path, detections: int) -> list[str]:
-    return [sys.executable, str(HERE / "reference_detection.py"), str(folder), str(out), "--detections", str(detections)]
+def reference(model: str, folder: Path, out: Path, detections: int) -> list[str]:
+    own = MODELS[model][1]
+    return [sys.executable, str(HERE / "reference_detection.py"), str(folder), str(out), "--detections", str(detections), *own]
 
 
-def measure(images: int, detections: int, rounds: int) -> dict[str, float]:
+def measure(model: str, images: int, detections: int, rounds: int) -> dict[str, float]:
     """Best-of-rounds seconds of each program at K and at one detection per image; our peak RSS at 16 and all images."""
     best: dict[str, float] = {}
     rss: dict[str, float] = {}
@@ -72,11 +88,11 @@ def measure(images: int, detections: int, rounds: int) -> dict[str, float]:
         make_scenes(small, 16)
         for r in range(rounds):
             for name, command in (
-                ("ours", ours(folder, Path(tmp) / f"o{r}", detections)),
-                ("ref", reference(folder, Path(tmp) / f"r{r}", detections)),
-                ("ours_1", ours(folder, Path(tmp) / f"o1{r}", 1)),
-                ("ref_1", reference(folder, Path(tmp) / f"r1{r}", 1)),
-                ("ours_16", ours(small, Path(tmp) / f"s{r}", detections)),
+                ("ours", ours(model, folder, Path(tmp) / f"o{r}", detections)),
+                ("ref", reference(model, folder, Path(tmp) / f"r{r}", detections)),
+                ("ours_1", ours(model, folder, Path(tmp) / f"o1{r}", 1)),
+                ("ref_1", reference(model, folder, Path(tmp) / f"r1{r}", 1)),
+                ("ours_16", ours(model, small, Path(tmp) / f"s{r}", detections)),
             ):
                 timed = run_timed(command)
                 best[name] = min(best.get(name, float("inf")), timed.seconds)
@@ -95,22 +111,26 @@ def measure(images: int, detections: int, rounds: int) -> dict[str, float]:
     }
 
 
-def table(row: dict[str, float], images: int, detections: int) -> str:
+def table(rows: dict[str, dict[str, float]], images: int, detections: int) -> str:
     cpu = platform.processor() or platform.machine()
-    return "\n".join(
-        [
-            f"| {MODEL}, {images} images of 640x480, {detections} detections each | ours | pytorch-grad-cam | ratio |",
-            "|---|---:|---:|---:|",
-            f"| images per second, end to end | {row['ours_ips']:.2f} | {row['ref_ips']:.2f} | **{row['speedup']:.1f}x** |",
-            f"| seconds each extra detection adds | {row['ours_per_detection']:.3f} | {row['ref_per_detection']:.3f} | "
-            f"{row['ref_per_detection'] / row['ours_per_detection']:.1f}x |",
-            f"| seconds per image with one detection | {row['ours_per_image_1']:.3f} | {row['ref_per_image_1']:.3f} | "
-            f"{row['ref_per_image_1'] / row['ours_per_image_1']:.1f}x |",
-            f"| our peak memory, 16 and {images} images | {row['rss_16']:.0f} MB, {row['rss_all']:.0f} MB | | |",
-            "",
-            f"Measured by `python benchmarks/detection.py --images {images}` ({cpu}, {sys.platform}); random weights, GradCAM both ways.",
-        ]
-    )
+    lines = [
+        f"| {images} images of 640x480, {detections} detections each | images/s ours | images/s pytorch-grad-cam | speed-up "
+        "| s per extra detection, ours / reference | s per image at one detection, ours / reference | our peak memory, 16 / "
+        f"{images} images |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for model, row in rows.items():
+        lines.append(
+            f"| {model} | {row['ours_ips']:.2f} | {row['ref_ips']:.2f} | **{row['speedup']:.1f}x** | "
+            f"{row['ours_per_detection']:.3f} / {row['ref_per_detection']:.3f} | {row['ours_per_image_1']:.2f} / "
+            f"{row['ref_per_image_1']:.2f} | {row['rss_16']:.0f} / {row['rss_all']:.0f} MB |"
+        )
+    lines += [
+        "",
+        f"Random weights, GradCAM both ways, one overlay per detection both ways, best of the rounds, each program a fresh "
+        f"process ({cpu}, {os.cpu_count()} cores). Command: `python benchmarks/detection.py --images {images}`.",
+    ]
+    return "\n".join(lines)
 
 
 def write_readme(text: str) -> None:
@@ -127,10 +147,11 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--detections", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of: " + ", ".join(MODELS))
     parser.add_argument("--readme", action="store_true", help="write the table into README.md")
     args = parser.parse_args()
-    row = measure(args.images, args.detections, args.rounds)
-    text = table(row, args.images, args.detections)
+    rows = {model: measure(model, args.images, args.detections, args.rounds) for model in args.models.split(",")}
+    text = table(rows, args.images, args.detections)
     print(text)
     if args.readme:
         write_readme(text)
