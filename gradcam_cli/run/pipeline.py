@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePath
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,7 +32,6 @@ from gradcam_cli.outputs.naming import OutputNamer, ensure_writable
 from gradcam_cli.outputs.records import ImageRecord
 from gradcam_cli.outputs.writer import ResultWriter
 from gradcam_cli.run.batches import Batcher, Item
-from gradcam_cli.run.judge import TruthJudge
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.resume import existing_outputs
 from gradcam_cli.run.summary import Summary
@@ -40,6 +40,9 @@ from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.vocab import Norm, TargetKind
 from gradcam_cli.timings import stamp
+
+if TYPE_CHECKING:
+    from gradcam_cli.run.judge import TruthJudge
 
 OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
@@ -63,9 +66,7 @@ class Explainer:
         self.namer = _namer(self.prepared)
         names = self.prepared.loaded.class_names
         detects = self.prepared.kind is TargetKind.detection  # a detector's truth is boxes, judged per batch (judge.py)
-        self.judge = (
-            TruthJudge(self.prepared, settings.inputs.truth, settings.inputs.iou, self.warn) if detects and settings.inputs.truth else None
-        )
+        self.judge = _judge(self.prepared, settings, self.warn) if detects and settings.inputs.truth else None
         self.truth = None if detects else load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn)
         self.summary = Summary()  # the counts of the last run: read them also when it was stopped part way
         self.workers = settings.run.workers or default_workers(self.prepared.device.type)
@@ -264,6 +265,14 @@ class Explainer:
             return self.writer.error_record(item.source.path, f"{item.source.path}: {error.spelled(as_flag)}")
         finally:
             item.image = item.array = None
+
+
+def _judge(run: PreparedRun, settings: ExplainSettings, warn: Callable[[str], None]) -> TruthJudge:
+    """A detector's truth and its judge, imported only for such a run (a classifier's run never loads the matching)."""
+    from gradcam_cli.run.judge import TruthJudge
+
+    assert settings.inputs.truth is not None
+    return TruthJudge(run, settings.inputs.truth, settings.inputs.iou, warn)
 
 
 def model_prints_to_stderr() -> contextlib.AbstractContextManager[object]:
