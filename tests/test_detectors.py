@@ -490,5 +490,7 @@ def test_compare_lays_out_one_detection_across_methods_and_layers(run_cli, tmp_p
 @pytest.mark.slow
 def test_compare_detection_on_a_classifier_is_one_line(run_cli, image_dir, tmp_path) -> None:
     model = ["--model", "test_resnet.r160_in1k", "--no-pretrained"]
-    result = run_cli("compare", image_dir / "a.jpg", *model, "--methods", "gradcam", "--layers", "layer4", "--detection", "0", "-o", tmp_path)
+    result = run_cli(
+        "compare", image_dir / "a.jpg", *model, "--methods", "gradcam", "--layers", "layer4", "--detection", "0", "-o", tmp_path
+    )
     assert result.code != 0 and "--detection picks one of a detector's detections" in (result.stderr + result.stdout), result.stderr
