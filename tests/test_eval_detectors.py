@@ -97,6 +97,25 @@ def test_perturbed_images_are_read_with_the_postprocessing_opened() -> None:
     assert scores.tolist() == pytest.approx([0.8, 0.5, 0.0]) and opened == [True] and scorer.count == 2
 
 
+def test_which_metrics_run_by_default_and_which_are_refused() -> None:
+    """A detector's defaults add energy and pointing in its own box; a classifier's add pointing only with boxes, and
+    refuse energy (the option checks need no model: run/evaluation_units.py)."""
+    from gradcam_cli.errors import UsageError
+    from gradcam_cli.run.evaluation_units import ClassifyUnits, DetectUnits
+    from gradcam_cli.vocab import Metric
+
+    usual = (Metric.deletion, Metric.insertion, Metric.drop, Metric.increase, Metric.sanity)
+    detector = object.__new__(DetectUnits)  # its metrics need no run
+    assert detector.metrics(usual, True, None) == (*usual[:4], Metric.energy, Metric.pointing, Metric.sanity)
+    assert detector.metrics((Metric.deletion,), False, None) == (Metric.deletion,)
+    with pytest.raises(UsageError, match="does not apply to a detector"):
+        detector.metrics(usual, True, Path("boxes.csv"))
+    assert ClassifyUnits().metrics(usual, True, None) == usual
+    assert ClassifyUnits().metrics(usual, True, Path("boxes.csv")) == (*usual[:4], Metric.pointing, Metric.sanity)
+    with pytest.raises(UsageError, match="energy is a detector's"):
+        ClassifyUnits().metrics((Metric.energy,), False, None)
+
+
 def test_the_summary_pairs_map_sets_detection_by_detection() -> None:
     """Two detections of one image are two units: each map set's values pair by (image, detection), in any order."""
     from gradcam_cli.evaluate.measures import BY_NAME
@@ -184,15 +203,18 @@ def test_deletion_of_a_detections_score_falls_faster_for_hirescam_than_for_the_r
 
 
 @pytest.mark.slow
-def test_energy_and_pointing_are_explains_figures_for_the_same_detections(evaluated) -> None:
-    """The measures are those explain's records give each detection (energy_in_box, peak_in_box), for the same boxes."""
+@pytest.mark.parametrize("method", METHODS)
+def test_energy_and_pointing_are_explains_figures_for_the_same_detections(evaluated, method: str) -> None:
+    """The measures are those explain's records give each detection (energy_in_box, peak_in_box), for the same boxes:
+    hirescam's maps are the first method's, gradcam's explain its detections again (each one's own candidate), and
+    both equal what explain draws for that detection."""
     root, records, _, _ = evaluated
-    explained = call_cli("explain", root / "scenes", *DETECTOR, "-o", root / "explained", "--json")
+    explained = call_cli("explain", root / "scenes", *DETECTOR, "--method", method, "-o", root / f"explained_{method}", "--json")
     assert explained.code == 0, explained.stderr
     found = {(r["input"], d["rank"]): d for r in explained.records() for d in r["detections"]}
-    hirescam = {(r["input"], r["detection"]): r for r in records if r["method"] == "hirescam"}
-    assert set(found) == set(hirescam)
-    for unit, record in hirescam.items():
+    evaluated_here = {(r["input"], r["detection"]): r for r in records if r["method"] == method}
+    assert set(found) == set(evaluated_here)
+    for unit, record in evaluated_here.items():
         assert record["box"] == pytest.approx(found[unit]["box"], abs=0.02) and record["probability"] == pytest.approx(found[unit]["score"])
         assert record["metrics"]["energy_in_box"] == pytest.approx(found[unit]["energy_in_box"], abs=1e-3)
         assert record["metrics"]["pointing"] == float(found[unit]["peak_in_box"])
@@ -222,7 +244,8 @@ def test_the_files_and_the_report_build_from_the_records(evaluated) -> None:
 def test_every_other_metric_runs_on_a_detector_and_an_empty_image_is_said_once(tmp_path: Path) -> None:
     """Drop and increase (the image times the map, read by the same rule), ROAD, and the sanity check's cascading
     randomisation (each randomised copy explains the same detections: its best candidate of their class there), with the
-    report's overlays; an image where nothing is detected is an ok record of no map set, said once."""
+    report's overlays; ⟨max_detections⟩ keeps the units as explain keeps detections; an image where nothing is detected
+    is an ok record of no map set, said once."""
     from conftest import require
 
     require("scipy")
@@ -231,15 +254,15 @@ def test_every_other_metric_runs_on_a_detector_and_an_empty_image_is_said_once(t
     _scenes(tmp_path / "in", 1)
     for i in range(2):
         Image.fromarray(np.full((96, 128, 3), 40 * i, np.uint8)).save(tmp_path / "in" / f"blank{i}.png")
-    metrics = "drop,increase,road,sanity"
-    result = call_cli("eval", tmp_path / "in", *DETECTOR, "--methods", "hirescam", "--metrics", metrics, "--report", "-o", tmp_path / "o")
+    metrics = ("--metrics", "drop,increase,road,sanity", "--max-detections", "2")
+    result = call_cli("eval", tmp_path / "in", *DETECTOR, "--methods", "hirescam", *metrics, "--report", "-o", tmp_path / "o")
     assert result.code == 0, result.stderr
     records = result.records()
     empty = [r for r in records if r["method"] is None]
     assert len(empty) == 2 and all(r["ok"] for r in empty)
     assert result.stderr.count("nothing to evaluate in it (no detection kept)") == 1, result.stderr
     units = [r for r in records if r["method"] is not None]
-    assert units and {r["method"] for r in units} == {"hirescam", *BASELINES}
+    assert {r["method"] for r in units} == {"hirescam", *BASELINES} and {r["detection"] for r in units} == {0, 1}, "at most 2 kept"
     for record in units:
         assert {"drop", "drop_absolute", "increase", "road", "road_morf", "road_lerf"} <= set(record["metrics"]), record
         assert Path(record["targets"][0]["overlay"]).is_file() and f".det{record['detection']}.png" in record["targets"][0]["overlay"]
