@@ -190,6 +190,7 @@ class Metric(str, Enum):
     drop = "drop"
     increase = "increase"
     road = "road"
+    energy = "energy"  # a detector's: the share of a detection's map inside its own box
     pointing = "pointing"
     sanity = "sanity"
 

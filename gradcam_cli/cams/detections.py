@@ -91,6 +91,9 @@ class MissedTargets:
 
     IoU is taken in the photo's pixels (`scales`: per image, the input pixel's width and height there), as the
     matching is, so a stretched input (SSD) chooses the same candidate the photo would.
+
+    `gradcam eval` reads its kept detections again by the same rule (run/evaluation_units.py): in the trained model
+    each finds its own candidate (IoU 1), in the sanity check's randomised copies whatever they score there.
     """
 
     family: DetectorFamily

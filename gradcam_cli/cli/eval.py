@@ -2,11 +2,13 @@
 
 Every method named explains every image (one model load), three baselines
 that know nothing of the model are set beside them, and each metric scores
-every map set. The table (terminal), a record per (image, map set) (stdout
-when piped, and OUT/records.jsonl always), eval.json, eval.csv and the charts
-come out of one run; ⟨report⟩ adds each map set's overlay and the HTML report
-with the metrics sortable. A stopped run still writes its summaries of what it
-did. The model options come from the one option table, as explain's do.
+every map set. The table (terminal), a record per unit and map set (a unit:
+a classifier's image, a detector's kept detection; stdout when piped, and
+OUT/records.jsonl always), eval.json, eval.csv and the charts come out of one
+run; ⟨report⟩ adds each map set's overlay and the HTML report with the
+metrics sortable. A stopped run still writes its summaries of what it did.
+The model options come from the one option table, as explain's do, and so do
+the target options a detector's detections are kept by.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ from gradcam_cli.option_table import BY_NAME, OPTIONS, as_flag
 from gradcam_cli.vocab import Metric, Substrate, values
 
 DEFAULT_METHODS = "gradcam,gradcam++,xgradcam,layercam"
-DEFAULT_METRICS = "deletion,insertion,drop,increase,sanity"  # and pointing when there are boxes; ROAD is opt-in (sparse solves)
+DEFAULT_METRICS = "deletion,insertion,drop,increase,sanity"  # and pointing when there are boxes, a detector's energy and pointing;
+# ROAD is opt-in (sparse solves)
 OUTPUT_DIR = "gradcam_eval"  # eval's own default folder, so its records do not mix with explain's
 # every option that builds the model or feeds it (its checkpoint, kwargs, preprocessing), as explain takes them
 MODEL_OPTIONS = tuple(option.name for option in OPTIONS if option.group == "model")
+# the target group's options that say what is explained: the class, a detector's kept detections (the task only confirms)
+TARGET_OPTIONS = ("classes", "task", "score_threshold", "max_detections")
 TABLE_OPTIONS = (
-    "inputs", *MODEL_OPTIONS, "layers", "classes", "crop", "relu", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid",
+    "inputs", *MODEL_OPTIONS, "layers", *TARGET_OPTIONS, "crop", "relu", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid",
     "colormap", "alpha", "output_dir", "recursive", "max_pixels", "batch_size", "device", "precision", "workers", "report",
     "json_lines", "quiet",
 )  # fmt: skip
@@ -46,20 +51,20 @@ def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, 
 
     inputs, json_lines, quiet = (given.pop(name) for name in CLI_ONLY)
     chosen = parse_methods(methods)
-    measured = _metrics(metrics, boxes)
+    measured = _metrics(metrics)
     if steps < 1:
         raise UsageError(f"--steps {steps}: give 1 or more points per curve (20 is the usual)")
     if not inputs:
         raise UsageError(NO_INPUT_GIVEN)
     settings = build_settings(given)
-    if len(settings.target.classes) > 1:
-        raise UsageError("an evaluation explains one class per image: give ⟨classes⟩ once (or not at all, for the top class)")
     boxes_path = _boxes(boxes)
     from gradcam_cli.run.evaluation import EvalPlan
 
     substrate_kind = Substrate(parse_names(substrate, "--substrate", values(Substrate))[0])
     scoring = Scoring(metrics=measured, steps=steps, substrate=substrate_kind, chunk=settings.maps.cam_batch_size)
-    plan = EvalPlan(methods=tuple(chosen), scoring=scoring, boxes=boxes_path, overlays=settings.outputs.report)
+    plan = EvalPlan(
+        methods=tuple(chosen), scoring=scoring, boxes=boxes_path, overlays=settings.outputs.report, default_metrics=metrics is None
+    )
     streams = command_streams(ctx)
     as_json = (not streams.stdout_tty) if json_lines is None else json_lines
     from gradcam_cli.run.pipeline import model_prints_to_stderr
@@ -68,13 +73,11 @@ def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, 
         return _Evaluation(settings, plan, streams, as_json, quiet).run(inputs)
 
 
-def _metrics(text: str | None, boxes: str | None) -> tuple[Metric, ...]:
-    """The metrics asked for, in the table's order; by default the usual five, with the pointing game when there are boxes."""
+def _metrics(text: str | None) -> tuple[Metric, ...]:
+    """The metrics asked for, in the table's order; by default the usual five. Which apply, and what a task adds to the
+    defaults (the pointing game with boxes; a detector's energy in box and pointing game), is the task's, once the model
+    is loaded (run/evaluation_units.py)."""
     names = parse_names(text if text is not None else DEFAULT_METRICS, "--metrics", values(Metric))
-    if text is None and boxes is not None:
-        names.append(Metric.pointing.value)
-    if Metric.pointing.value in names and boxes is None:
-        raise UsageError("--metrics pointing needs to know where the objects are: give --boxes FILE (CSV or JSON) or a folder of masks")
     return tuple(metric for metric in Metric if metric.value in names)
 
 
@@ -236,7 +239,8 @@ evaluate.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # wha
         own_option("methods", "--methods", DEFAULT_METHODS, "M,M", "CAM methods to evaluate, comma-separated (see `gradcam methods`)."),
         own_option(
             "metrics", "--metrics", None, "NAME,NAME",
-            f"Metrics, comma-separated: {', '.join(values(Metric))} [default: {DEFAULT_METRICS}, and pointing with --boxes].",
+            f"Metrics, comma-separated: {', '.join(values(Metric))} [default: {DEFAULT_METRICS}, and pointing with --boxes; "
+            "a detector's also energy and pointing, in each detection's own box].",
             kind=str | None,
         ),
         own_option("steps", "--steps", 20, "N", "Points on each deletion and insertion curve.", kind=int),
@@ -244,8 +248,10 @@ evaluate.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # wha
             "substrate", "--substrate", Substrate.zero.value, "|".join(values(Substrate)),
             "What removed pixels become (deletion) and what insertion starts from.",
         ),
-        own_option("boxes", "--boxes", None, "FILE|DIR", "Where the objects are (pointing game): a CSV or JSON of boxes, or mask PNGs.",
-                   kind=str | None),
+        own_option(
+            "boxes", "--boxes", None, "FILE|DIR", "Where the objects are (a classifier's pointing game): boxes (CSV, JSON) or mask PNGs.",
+            kind=str | None,
+        ),
         *(_table_parameter(name) for name in TABLE_OPTIONS),
     ]
 )  # fmt: skip

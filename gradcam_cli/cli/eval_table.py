@@ -51,7 +51,8 @@ def eval_table(summary: dict[str, Any], width: int | None = None, color: bool = 
     console = Console(file=out, width=width or None, force_terminal=color, no_color=not color, soft_wrap=False, highlight=False)
     if width is None:
         console.width = NO_WIDTH
-    title = f"{summary['model']}: {summary['images']} images" + (" (stopped early)" if summary.get("interrupted") else "")
+    units = f", {summary['detections']} detections" if summary.get("detections") is not None else ""
+    title = f"{summary['model']}: {summary['images']} images{units}" + (" (stopped early)" if summary.get("interrupted") else "")
     narrow = len(_fitting(summary, columns, console, narrow=False)) > 1  # headers wrapped only when the table does not fit
     for index, group in enumerate(_fitting(summary, columns, console, narrow)):
         console.print(_table(summary, group, title if index == 0 else None, narrow))
@@ -107,8 +108,9 @@ def _fitting(summary: dict[str, Any], columns: list[str], console: Console, narr
 
 def notes(summary: dict[str, Any], columns: list[str]) -> list[str]:
     """What the marks mean, who a baseline beats, where nothing is told apart, who survives randomisation."""
+    unit = "detection by detection" if summary.get("detections") is not None else "image by image"
     lines = [
-        "★ best of the column, or not told apart from it · ✗ a baseline does better · told apart: image by image, "
+        f"★ best of the column, or not told apart from it · ✗ a baseline does better · told apart: {unit}, "
         "beyond chance (sign-flip test, 5%) · under each mean its 95% interval (bootstrap)"
     ]
     for name, verdicts in summary["beats_baselines"].items():

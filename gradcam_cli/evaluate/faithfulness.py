@@ -6,12 +6,18 @@ masked forwards of Score-CAM are (extract/perturb.py): the device stays busy
 however few images there are, and memory holds one chunk whatever `steps` is.
 Maps come in at any size and are upsampled to the input's (bilinear, corners
 not aligned), as the references do.
+
+What a perturbed input is scored for is a `Scorer`: each map's own target. A
+tensor of classes (one per map) is a classifier's: the class probability. A
+detector's maps are scored by evaluate/detection_scoring.py: each detection's
+score, read in the perturbed image by the best-overlapping box of its class.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +39,43 @@ def class_probabilities(model: nn.Module, x: torch.Tensor, classes: torch.Tensor
     if logits is None:
         raise ModelError("the model's forward returned no tensor; its class scores are needed to measure a map")
     return probabilities(logits).gather(1, classes[:, None].to(logits.device))[:, 0]
+
+
+class Scorer(Protocol):
+    """What each map's perturbed inputs are scored for: its unit's score (a class probability, a detection's score)."""
+
+    @property
+    def count(self) -> int:
+        """How many units (maps) there are."""
+
+    def __call__(self, model: nn.Module, inputs: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
+        """(B,) float: the score of unit `units[b]` in `inputs[b]` (called under `inference_mode`)."""
+
+
+@dataclass(frozen=True)
+class ClassScores:
+    """A classifier's scorer: each map's class probability (softmax; a single logit's sigmoid)."""
+
+    classes: torch.Tensor  # (N,) one class per map
+
+    @property
+    def count(self) -> int:
+        return len(self.classes)
+
+    def __call__(self, model: nn.Module, inputs: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
+        return class_probabilities(model, inputs, self.classes.to(units.device)[units])
+
+
+def as_scorer(target: torch.Tensor | Scorer) -> Scorer:
+    """A tensor of classes (N,) is a classifier's scorer; a Scorer is itself."""
+    return ClassScores(target) if isinstance(target, torch.Tensor) else target
+
+
+def scored_in_chunks(model: nn.Module, x: torch.Tensor, scorer: Scorer, batch_size: int) -> torch.Tensor:
+    """(N,) each unit's score in its own unperturbed input x[n], `batch_size` inputs per forward."""
+    units = torch.arange(len(x), device=x.device)
+    parts = [scorer(model, x[s : s + batch_size], units[s : s + batch_size]).float() for s in range(0, len(x), batch_size)]
+    return torch.cat(parts) if parts else torch.zeros(0, device=x.device)
 
 
 def upsampled(maps: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -91,7 +134,7 @@ def deletion_insertion(
     model: nn.Module,
     x: torch.Tensor,
     maps: torch.Tensor,
-    classes: torch.Tensor,
+    classes: torch.Tensor | Scorer,
     *,
     steps: int = DEFAULT_STEPS,
     baseline: torch.Tensor | None = None,
@@ -104,7 +147,9 @@ def deletion_insertion(
     the ranked pixels replaced by `baseline` (deletion) or restored onto it (insertion), all channels together;
     `baseline` None is zeros in the model's normalised input space, torchcam's and RISE's default. `after_chunk` is
     called after each chunk of forwards: where a long evaluation may be stopped; `channels_last`: the perturbed
-    inputs in the memory format of a channels-last model."""
+    inputs in the memory format of a channels-last model. `classes` (N,) scores each input by its class probability; a
+    `Scorer` by what it reads (a detection's score)."""
+    scorer = as_scorer(classes)
     n, _, height, width = x.shape
     base = torch.zeros_like(x) if baseline is None else torch.broadcast_to(baseline.to(x), x.shape)
     order = torch.argsort(upsampled(maps, (height, width)).flatten(1), dim=1, descending=True, stable=True)
@@ -117,7 +162,7 @@ def deletion_insertion(
     jobs = [(i, 2, len(counts) - 1, counts[-1]) for i in range(n)]
     jobs += [(i, curve, point, counts[point]) for i in range(n) for point in range(1, len(counts) - 1) for curve in (0, 1)]
     with eval_mode(model), torch.inference_mode():
-        original = class_probabilities(model, x, classes)
+        original = scored_in_chunks(model, x, scorer, batch_size)
         deletion[:, 0], insertion[:, -1] = original, original
         flat_x, flat_base = x.flatten(2), base.flatten(2)
         for start in range(0, len(jobs), batch_size):
@@ -128,7 +173,7 @@ def deletion_insertion(
             inputs = torch.where(keep_photo[:, None], flat_x[images], flat_base[images]).reshape(-1, *x.shape[1:])
             if channels_last:
                 inputs = inputs.contiguous(memory_format=torch.channels_last)
-            for (image, curve, point, _), score in zip(chunk, class_probabilities(model, inputs, classes[images]).tolist()):
+            for (image, curve, point, _), score in zip(chunk, scorer(model, inputs, images).tolist()):
                 if curve in (0, 2):
                     deletion[image, point] = score
                 if curve in (1, 2):
@@ -158,10 +203,14 @@ class ConfidenceChange:
         return (self.masked > self.original).float()
 
 
-def confidence_change(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor) -> ConfidenceChange:
-    """The class probability of each image and of the image multiplied by its upsampled map (in [0, 1])."""
+def confidence_change(
+    model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor | Scorer, *, batch_size: int = 32
+) -> ConfidenceChange:
+    """The class probability (or a Scorer's score) of each image and of the image multiplied by its upsampled map (in
+    [0, 1]), `batch_size` inputs per forward."""
+    scorer = as_scorer(classes)
     masks = upsampled(maps, tuple(x.shape[-2:]))  # type: ignore[arg-type]
     with eval_mode(model), torch.inference_mode():
-        original = class_probabilities(model, x, classes)
-        masked = class_probabilities(model, x * masks[:, None].to(x), classes)
+        original = scored_in_chunks(model, x, scorer, batch_size)
+        masked = scored_in_chunks(model, x * masks[:, None].to(x), scorer, batch_size)
     return ConfidenceChange(original=original, masked=masked)

@@ -36,6 +36,7 @@ MEASURES = (
     Measure("road", Metric.road, "ROAD (LeRF - MoRF) / 2", higher_is_better=True, headline=True),
     Measure("road_morf", Metric.road, "ROAD most relevant first", higher_is_better=False),
     Measure("road_lerf", Metric.road, "ROAD least relevant first", higher_is_better=True),
+    Measure("energy_in_box", Metric.energy, "energy in box", higher_is_better=True, headline=True),
     Measure("pointing", Metric.pointing, "pointing game", higher_is_better=True, headline=True),
     Measure("sanity", Metric.sanity, "sanity: rank correlation", higher_is_better=False, headline=True),
     Measure("sanity_ssim", Metric.sanity, "sanity: SSIM", higher_is_better=False),

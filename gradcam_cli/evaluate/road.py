@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from gradcam_cli.errors import UsageError
-from gradcam_cli.evaluate.faithfulness import class_probabilities, upsampled
+from gradcam_cli.evaluate.faithfulness import Scorer, as_scorer, scored_in_chunks, upsampled
 from gradcam_cli.model.state import eval_mode
 
 ROAD_PERCENTILES: tuple[int, ...] = (10, 20, 30, 40, 50, 60, 70, 80, 90)
@@ -193,14 +193,14 @@ def _job_generator(seed: int, image: int, direction: int, percentile: int) -> to
 
 
 def _checked(
-    x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor, percentiles: Sequence[int], noise: float, batch_size: int
+    x: torch.Tensor, maps: torch.Tensor, scorer: Scorer, percentiles: Sequence[int], noise: float, batch_size: int
 ) -> tuple[int, ...]:
     """The percentiles as a tuple of ints strictly between 0 and 100, after the other arguments' checks: a wrong
     shape fails here with a sentence, not in a worker thread with an index error."""
-    if x.ndim != 4 or len(x) == 0 or maps.ndim != 3 or len(maps) != len(x) or tuple(classes.shape) != (len(x),):
+    if x.ndim != 4 or len(x) == 0 or maps.ndim != 3 or len(maps) != len(x) or scorer.count != len(x):
         raise UsageError(
             f"ROAD takes images (N, C, H, W), maps (N, h, w) and classes (N,) for the same N ≥ 1, "
-            f"not {tuple(x.shape)}, {tuple(maps.shape)} and {tuple(classes.shape)}"
+            f"not {tuple(x.shape)}, {tuple(maps.shape)} and {scorer.count} classes"
         )
     if not noise >= 0 or not np.isfinite(noise):
         raise UsageError(f"⟨noise={noise}⟩: the noise's standard deviation must be 0 or more")
@@ -219,7 +219,7 @@ def road(
     model: nn.Module,
     x: torch.Tensor,
     maps: torch.Tensor,
-    classes: torch.Tensor,
+    classes: torch.Tensor | Scorer,
     *,
     percentiles: Sequence[int] = ROAD_PERCENTILES,
     noise: float = ROAD_NOISE,
@@ -229,12 +229,13 @@ def road(
     channels_last: bool = False,
 ) -> RoadCurves:
     """ROAD's MoRF and LeRF curves of each image's map: x (N, 3, H, W) the normalised model input, maps (N, h, w) at any
-    size (upsampled to the input's, as the other metrics), classes (N,) long.
+    size (upsampled to the input's, as the other metrics), classes (N,) long, or a Scorer (faithfulness.py: a detection's score).
 
     The imputation works on the CPU in float32, whatever x's device; the imputed images go back to it to be scored.
     `after_chunk` and `channels_last` as deletion_insertion's: a stop point after each chunk, the inputs' memory format.
     """
-    checked = _checked(x, maps, classes, percentiles, noise, batch_size)
+    scorer = as_scorer(classes)
+    checked = _checked(x, maps, scorer, percentiles, noise, batch_size)
     _scipy_sparse()  # the missing-scipy error before any forward
     n, _, height, width = x.shape
     ranked = upsampled(maps, (height, width)).detach().cpu()
@@ -251,16 +252,14 @@ def road(
     pool = ThreadPoolExecutor(max_workers=max(1, min(batch_size, os.cpu_count() or 1)))
     try:
         with eval_mode(model), torch.inference_mode():
-            original = torch.cat(
-                [class_probabilities(model, x[s : s + batch_size], classes[s : s + batch_size]) for s in range(0, n, batch_size)]
-            )
+            original = scored_in_chunks(model, x, scorer, batch_size)
             for start in range(0, len(jobs), batch_size):
                 chunk = jobs[start : start + batch_size]
                 # solved in threads, then scored alone: a forward's threads and the solves' do not fight over the cores
                 inputs = torch.stack(list(pool.map(imputed, chunk))).to(x)
                 if channels_last:
                     inputs = inputs.contiguous(memory_format=torch.channels_last)
-                scores = class_probabilities(model, inputs, classes[[job[0] for job in chunk]]).tolist()
+                scores = scorer(model, inputs, torch.tensor([job[0] for job in chunk], device=x.device)).tolist()
                 for (i, direction, k), score in zip(chunk, scores):
                     curves[direction][i, k] = score
                 after_chunk()

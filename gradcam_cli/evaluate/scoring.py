@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from gradcam_cli.evaluate.faithfulness import DEFAULT_STEPS, confidence_change, deletion_insertion, substrate
+from gradcam_cli.evaluate.faithfulness import DEFAULT_STEPS, Scorer, confidence_change, deletion_insertion, substrate
 from gradcam_cli.vocab import Metric, Substrate
 
 
@@ -58,13 +58,14 @@ def _passes(x: torch.Tensor, scoring: Scoring) -> contextlib.AbstractContextMana
     return torch.autocast(x.device.type, dtype=scoring.precision)
 
 
-def score_maps(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor, scoring: Scoring) -> MapScores:
-    """Score one set of maps (N, h, w) of the batch x for each image's class."""
+def score_maps(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor | Scorer, scoring: Scoring) -> MapScores:
+    """Score one set of maps (N, h, w) of the inputs x (N, ...), each for its own class (N,), or for what a Scorer reads
+    (a detection's score: evaluate/detection_scoring.py)."""
     with _passes(x, scoring):
         return _scored(model, x, maps, classes, scoring)
 
 
-def _scored(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor, scoring: Scoring) -> MapScores:
+def _scored(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torch.Tensor | Scorer, scoring: Scoring) -> MapScores:
     scores = MapScores()
     metrics = scoring.metrics
     if Metric.deletion in metrics or Metric.insertion in metrics:
@@ -88,7 +89,7 @@ def _scored(model: nn.Module, x: torch.Tensor, maps: torch.Tensor, classes: torc
             scores.measures["insertion"] = _floats(curves.insertion_auc())
             scores.curves["insertion"] = _rows(curves.insertion)
     if Metric.drop in metrics or Metric.increase in metrics:
-        change = confidence_change(model, x, maps, classes)
+        change = confidence_change(model, x, maps, classes, batch_size=scoring.chunk)
         if Metric.drop in metrics:
             scores.measures["drop"] = _floats(change.drop_relative())
             scores.measures["drop_absolute"] = _floats(change.drop_absolute())

@@ -3,6 +3,8 @@
 Fed one record at a time (a dict, as written to records.jsonl), so a run that
 is stopped still summarises what it did, and `eval.json` can be rebuilt from
 the records alone. Baselines are map sets like the methods, marked as such.
+A record is one unit: an image of a classifier, one kept detection of a
+detector (its `detection` rank); map sets are paired unit by unit.
 
 The verdicts need a real difference, one beyond chance on these images: two
 map sets differ on a measure when their differences image by image pass a
@@ -23,14 +25,15 @@ from gradcam_cli.evaluate.measures import SURVIVAL_THRESHOLD, Measure
 from gradcam_cli.evaluate.statistics import Interval, band, beyond_chance, interval
 
 
-Image = tuple[str, int]  # an input, and which time it came (one given twice pairs with itself twice)
+Image = tuple[str, int | None, int]  # an input, its detection (None: a classifier's image), and which time it came (one
+# given twice pairs with itself twice)
 
 
 @dataclass
 class _MapSet:
     baseline: bool
     values: dict[str, dict[Image, float | None]] = field(default_factory=dict)  # per measure, per image
-    seen: dict[str, int] = field(default_factory=dict)  # how many of each input's records came so far
+    seen: dict[tuple[str, int | None], int] = field(default_factory=dict)  # how many of each unit's records came so far
     curves: dict[str, list[list[float]]] = field(default_factory=dict)
     sanity_steps: list[str] = field(default_factory=list)
     sanity: dict[str, list[list[float]]] = field(default_factory=dict)  # "spearman", "ssim": a row of steps per image
@@ -46,9 +49,11 @@ class EvalTotals:
         self.fractions: list[float] = []
         self.images: set[str] = set()
         self.failed_images: set[str] = set()
+        self.detections: set[tuple[str, int]] = set()  # a detector's units: (input, detection)
 
     def add(self, record: Mapping[str, Any]) -> None:
-        """One record: an image's scores for one map set, or a failed image (no map set)."""
+        """One record: a unit's scores for one map set, a failed image (no map set), or an image with no unit (a
+        detector's without a kept detection: ok, no map set)."""
         self.images.add(str(record["input"]))
         name = record.get("method")
         if not record.get("ok"):
@@ -57,10 +62,14 @@ class EvalTotals:
             else:
                 self._set(name, bool(record.get("baseline"))).failed += 1
             return
-        assert name is not None
+        if name is None:
+            return
         kept = self._set(name, bool(record.get("baseline")))
-        image = (str(record["input"]), kept.seen.get(str(record["input"]), 0))
-        kept.seen[image[0]] = image[1] + 1
+        unit = (str(record["input"]), record.get("detection"))
+        if unit[1] is not None:
+            self.detections.add((unit[0], int(unit[1])))
+        image = (*unit, kept.seen.get(unit, 0))
+        kept.seen[unit] = image[2] + 1
         for measure in self.measures:
             kept.values.setdefault(measure.name, {})[image] = (record.get("metrics") or {}).get(measure.name)
         for curve, points in (record.get("curves") or {}).items():
@@ -139,6 +148,7 @@ class EvalTotals:
         return {
             **context,
             "images": len(self.images),
+            **({"detections": len(self.detections)} if self.detections else {}),
             "failed_images": len(self.failed_images),
             "measures": {m.name: _about(m) for m in self.measures},
             "results": {

@@ -119,7 +119,7 @@ class Canvas:
         """The map put in its box (the brighter where boxes overlap), the box kept; its energy in the box and peak."""
         inside, energy, peak = _in_box(cam, box)
         if inside is not None:
-            x1, y1, x2, y2 = _pixels(box, cam.shape)
+            x1, y1, x2, y2 = box_pixels(box, cam.shape)
             np.maximum(self.shown[y1:y2, x1:x2], inside, out=self.shown[y1:y2, x1:x2])
         self.boxes.append(drawn)
         return energy, peak
@@ -159,26 +159,37 @@ def _missed(out: Pictures, image: np.ndarray, geometry: Geometry, judged: Judged
     )  # fmt: skip
 
 
-def _pixels(box: list[float], shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-    """A box's pixels: every pixel it covers at least partly, inside the picture."""
+def box_pixels(box: Sequence[float], shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """A box's pixels (x1, y1, x2, y2, ends exclusive): every pixel it covers at least partly, inside the picture."""
     height, width = shape[-2:]
     x1, y1 = max(0, int(np.floor(box[0]))), max(0, int(np.floor(box[1])))
     x2, y2 = min(width, max(x1 + 1, int(np.ceil(box[2])))), min(height, max(y1 + 1, int(np.ceil(box[3]))))
     return x1, y1, x2, y2
 
 
-def _in_box(cam: np.ndarray, box: list[float]) -> tuple[np.ndarray | None, float | None, bool | None]:
-    """The map inside its box renormalised there, the share of its energy in the box, and whether its peak is in it."""
+def in_box(cam: np.ndarray, box: Sequence[float]) -> tuple[float | None, bool | None]:
+    """A map's two localisation figures for a box, as the records say them (and `gradcam eval` measures them): the share
+    of its energy (its sum) in the box's pixels, and whether its peak (the first maximum, row-major) lies in them;
+    None for both when the map is all zeros or the box covers none of its pixels."""
     total = float(cam.sum())
-    x1, y1, x2, y2 = _pixels(box, cam.shape)
+    x1, y1, x2, y2 = box_pixels(box, cam.shape)
     region = cam[y1:y2, x1:x2]
     if total <= 0 or region.size == 0:
+        return None, None
+    peak_y, peak_x = np.unravel_index(int(np.argmax(cam)), cam.shape)
+    return round(float(region.sum()) / total, 6), bool(y1 <= peak_y < y2 and x1 <= peak_x < x2)
+
+
+def _in_box(cam: np.ndarray, box: list[float]) -> tuple[np.ndarray | None, float | None, bool | None]:
+    """The map inside its box renormalised there, the share of its energy in the box, and whether its peak is in it."""
+    energy, peak = in_box(cam, box)
+    if energy is None:
         return None, None, None
+    x1, y1, x2, y2 = box_pixels(box, cam.shape)
+    region = cam[y1:y2, x1:x2]
     low, high = float(region.min()), float(region.max())
     inside = (region - low) / (high - low) if high > low else np.zeros_like(region)
-    peak_y, peak_x = np.unravel_index(int(np.argmax(cam)), cam.shape)
-    peak = bool(y1 <= peak_y < y2 and x1 <= peak_x < x2)
-    return inside.astype(np.float32), round(float(region.sum()) / total, 6), peak
+    return inside.astype(np.float32), energy, peak
 
 
 def _write_each(out: Pictures, image: np.ndarray, cam: np.ndarray, box: DrawnBox, path: Path) -> Path:

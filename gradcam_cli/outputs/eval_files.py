@@ -80,7 +80,7 @@ def curve_chart(summary: dict[str, Any], curve: str) -> Any:
     verb = "removed (most relevant first)" if curve == "deletion" else "restored (most relevant first)"
     return line_chart(
         series, title=f"{curve.capitalize()}: {summary['model']}", x_label=f"fraction of pixels {verb}",
-        y_label="class probability", y_range=(0.0, 1.0),
+        y_label=summary.get("score") or "class probability", y_range=(0.0, 1.0),
     )  # fmt: skip
 
 
@@ -110,4 +110,5 @@ def overview_chart(summary: dict[str, Any]) -> Any:
             panels.append(Panel(about["label"], "higher is better" if about["higher_is_better"] else "lower is better", bars))
     if not panels:
         return None
-    return summary_chart(panels, title=f"gradcam eval: {summary['model']}, {summary['images']} images (95% intervals)")
+    units = f", {summary['detections']} detections" if summary.get("detections") is not None else ""
+    return summary_chart(panels, title=f"gradcam eval: {summary['model']}, {summary['images']} images{units} (95% intervals)")

@@ -172,11 +172,15 @@ class ImageRecord:
 
 @dataclass(frozen=True)
 class EvalRecord:
-    """`gradcam eval`'s record of one image and one map set (a method's maps or a baseline's), or of a failed image.
+    """`gradcam eval`'s record of one unit and one map set (a method's maps or a baseline's), or of a failed image.
 
-    It carries explain's fields (input, model, method, class, `targets` with
-    the overlay when one was written), so `gradcam report` reads it as it
-    reads explain's, its `metrics` sortable on the page.
+    A unit is a classifier's image (its class), or one kept detection of a
+    detector's image (`detection` its rank, `box` in the photo's pixels, its
+    class, `probability` its score); a detector's image with no detection kept
+    is one ok record of no map set. It carries explain's fields (input, model,
+    method, class, `targets` with the overlay when one was written), so
+    `gradcam report` reads it as it reads explain's, its `metrics` sortable on
+    the page.
     """
 
     input: str
@@ -188,9 +192,11 @@ class EvalRecord:
     layers: list[str] = field(default_factory=list)
     width: int | None = None
     height: int | None = None
+    detection: int | None = None  # a detector's: the detection's rank among its image's kept ones (None: a classifier's)
+    box: list[float] | None = None  # a detector's: the detection's box, x1, y1, x2, y2 in the photo's pixels
     class_index: int | None = None
     class_name: str | None = None
-    probability: float | None = None
+    probability: float | None = None  # the class's probability; a detection's score
     blank: bool | None = None
     topk: list[dict[str, Any]] = field(default_factory=list)  # the model's top classes, as explain's records
     metrics: dict[str, float | None] = field(default_factory=dict)

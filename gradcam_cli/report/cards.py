@@ -82,7 +82,14 @@ def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
     targets = record.get("targets") or []
     if not targets:
         overlay = (record.get("outputs") or [None])[0]
-        return [{**common, "class_index": None, "class_name": None, "probability": None, "blank": False, "_overlay": overlay, "_npy": None}]
+        # an evaluation's record without an overlay (no ⟨report⟩ when it ran) still has its class and its metrics
+        return [
+            {
+                **common, "class_index": record.get("class_index"), "class_name": record.get("class_name"),
+                "probability": record.get("probability"), "blank": bool(record.get("blank")),
+                "metrics": record.get("metrics") or {}, "_overlay": overlay, "_npy": None,
+            }
+        ]  # fmt: skip
     return [
         {
             **common,

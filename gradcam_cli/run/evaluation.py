@@ -3,8 +3,10 @@
 The model is loaded once and every method prepared on it (run/prepare.py), so
 a bad method, layer or option stops the run before any image is read. Images
 are decoded ahead in threads and go through in batches. The first method's
-classes (the top class, or the one ⟨classes⟩) are the classes of every map
-set, so all answer the same question. A bad image gets an error record and
+maps say what a batch's units are (run/evaluation_units.py: a classifier's
+image with its top class or the one ⟨classes⟩; a detector's kept detections),
+and every map set explains those units, so all answer the same question; a
+record per unit and map set. A bad image gets an error record and
 the others go on; a batch that runs out of memory is halved. Progress is
 counted as the work is done, not only when a batch's records come out: each
 step of a batch (a method's maps, a map set's scores, a step of the sanity
@@ -22,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from gradcam_cli.cams.targets import TargetChoice
 from gradcam_cli.errors import InputError, UsageError
 from gradcam_cli.evaluate import baselines
 from gradcam_cli.evaluate.measures import measures_of
@@ -33,11 +34,9 @@ from gradcam_cli.inputs.decode import load_image
 from gradcam_cli.inputs.sources import Source
 from gradcam_cli.inputs.truth import ClassIndex
 from gradcam_cli.layers.paths import resolve_layers
-from gradcam_cli.maps import probabilities as class_probabilities
 from gradcam_cli.outputs.records import EvalRecord, TargetRecord
-from gradcam_cli.outputs.writer import class_name as name_of
-from gradcam_cli.outputs.writer import topk_entries
-from gradcam_cli.run.evaluation_extras import BatchMaps, Decoded, Extras, Measured
+from gradcam_cli.run.evaluation_extras import Extras, Measured
+from gradcam_cli.run.evaluation_units import BatchMaps, Decoded, Units, eval_units
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.workers import default_workers, ordered_map
 from gradcam_cli.settings import ExplainSettings
@@ -53,14 +52,10 @@ class EvalPlan:
     """What `gradcam eval` measures, beyond the options it shares with explain."""
 
     methods: tuple[str, ...]
-    scoring: Scoring
+    scoring: Scoring  # its metrics: those asked for, or with `default_metrics` the defaults, to which the task adds its own
     boxes: Path | None = None  # the objects, for the pointing game
     overlays: bool = False  # each map set's overlay written (for the report)
-
-
-def _per_image(classes: torch.Tensor) -> TargetChoice:
-    """Each image's own class, as every map set of the batch explains it."""
-    return TargetChoice(classes=tuple(int(c) for c in classes.tolist()), per_image=True)
+    default_metrics: bool = False  # no metric was named: the task adds its defaults (pointing with boxes; a detector's own)
 
 
 def baseline_maps(x: torch.Tensor, inputs: list[str]) -> dict[str, torch.Tensor]:
@@ -117,10 +112,16 @@ class Evaluator:
         self.runs = self._prepare(settings, plan.methods)
         first = self.runs[0]
         self.model, self.device, self.loaded = first.model, first.device, first.loaded
-        self.scoring = replace(plan.scoring, checkpoint=checkpoint, precision=first.options.precision, channels_last=first.channels_last)
-        self.extras = Extras(self, plan.scoring.metrics, plan.boxes)
-        self.totals = EvalTotals(measures_of(plan.scoring.metrics))
+        self.task = eval_units(first)
+        self.task.check(settings)
+        metrics = self.task.metrics(plan.scoring.metrics, plan.default_metrics, plan.boxes)
+        self.scoring = replace(
+            plan.scoring, metrics=metrics, checkpoint=checkpoint, precision=first.options.precision, channels_last=first.channels_last
+        )
+        self.extras = Extras(self, metrics, plan.boxes)
+        self.totals = EvalTotals(measures_of(metrics))
         self.classes = ClassIndex(self.loaded.class_names)
+        self.said_empty = False
 
     def _prepare(self, settings: ExplainSettings, methods: tuple[str, ...]) -> list[PreparedRun]:
         """One prepared run per method on the one model; maps always scaled to [0, 1] (the metrics multiply by them)."""
@@ -147,7 +148,9 @@ class Evaluator:
             "methods": [run.method.name for run in self.runs],
             "baselines": list(BASELINES),
             "layers": {run.method.name: run.layer_names() for run in self.runs},
-            "metrics": [metric.value for metric in self.plan.scoring.metrics],
+            "unit": self.task.unit,
+            "score": self.task.score,
+            "metrics": [metric.value for metric in self.scoring.metrics],
             "steps": self.plan.scoring.steps,
             "substrate": self.plan.scoring.substrate.value,
             "device": str(self.device),
@@ -209,67 +212,84 @@ class Evaluator:
     def _evaluate_batch(self, batch: list[Decoded]) -> list[EvalRecord]:
         x = torch.from_numpy(np.stack([item.array for item in batch])).to(self.device)
         self.work.begin(len(batch), steps=len(self.runs) * 2 + len(BASELINES) + self.extras.steps(x))
-        sets = self._method_maps(x)
-        sets.maps.update(baseline_maps(x, [str(item.source.path) for item in batch]))
-        scores = {}
-        for name, maps in sets.maps.items():
-            self.work.step(f"scoring {name}'s maps")
-            scores[name] = score_maps(self.model, x, maps, sets.classes, self.scoring)
-        extra = self.extras.measure(x, batch, sets)
-        records = [self._record(item, row, name, scores[name], extra, sets) for row, item in enumerate(batch) for name in sets.maps]
+        sets = self._method_maps(x, batch)
+        units = sets.units
+        scores: dict[str, MapScores] = {}
+        extra = Measured()
+        if len(units):
+            on_units = x[units.image.to(x.device)]
+            baselines_of = baseline_maps(x, [str(item.source.path) for item in batch])
+            sets.maps.update({name: maps[units.image.to(maps.device)] for name, maps in baselines_of.items()})
+            scores = {}
+            for name, maps in sets.maps.items():
+                self.work.step(f"scoring {name}'s maps")
+                scores[name] = score_maps(self.model, on_units, maps, sets.scorer, self.scoring)
+            extra = self.extras.measure(x, batch, sets)
+        records = []
+        for row, item in enumerate(batch):
+            mine = units.of(row)
+            if not mine:
+                records.append(self._nothing_to_measure(item))
+            records += [self._record(item, unit, name, scores[name], extra, sets) for unit in mine for name in sets.maps]
         self.work.end(len(batch))
         return records
 
-    def _method_maps(self, x: torch.Tensor) -> BatchMaps:
-        """Each method's maps (N, H, W) of the batch, all for the first method's classes."""
+    def _method_maps(self, x: torch.Tensor, batch: list[Decoded]) -> BatchMaps:
+        """Each method's maps (U, H, W) of the batch, a map per unit: all for the units of the first method's maps."""
         first = self.runs[0].compute(x)
-        classes = first.targets[:, 0]
-        chosen = _per_image(classes)
-        logits = first.logits.float()
-        sets = BatchMaps(maps={}, blank={}, finite={}, classes=classes, logits=logits, probabilities=class_probabilities(logits))
+        units = self.task.units(first, batch)
+        sets = BatchMaps(maps={}, blank={}, finite={}, units=units, scorer=self.task.scorer(units), logits=first.logits.float())
+        if not len(units):
+            return sets
+        again = self.task.targets(units, len(batch))
         for run in self.runs:
             self.work.step(f"{run.method.name}'s maps")
-            cams = first if run is self.runs[0] else replace(run, targets=chosen).compute(x)
+            cams = first if run is self.runs[0] else replace(run, targets=again).compute(x)
             name = run.method.name
-            sets.maps[name] = torch.nan_to_num(cams.maps[:, 0].float())
-            sets.blank[name], sets.finite[name] = cams.blank[:, 0], cams.finite
+            sets.maps[name] = _per_unit(cams.maps, units).float().nan_to_num()
+            sets.blank[name], sets.finite[name] = _per_unit(cams.blank, units), cams.finite[units.image.to(cams.finite.device)]
         return sets
 
-    def maps_with(self, net: torch.nn.Module, x: torch.Tensor, classes: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Each method's maps computed with another network of the same architecture (the sanity check's copies)."""
+    def maps_with(self, net: torch.nn.Module, x: torch.Tensor, units: Units) -> dict[str, torch.Tensor]:
+        """Each method's maps of the units computed with another network of the same architecture (the sanity check's copies)."""
         out = {}
+        again = self.task.targets(units, len(x))
         for run in self.runs:
             layers = resolve_layers(net, [layer.name for layer in run.layers], self.loaded.name)
-            on_net = replace(run, loaded=replace(run.loaded, model=net), layers=layers, targets=_per_image(classes))
-            out[run.method.name] = torch.nan_to_num(on_net.compute(x).maps[:, 0].float())
+            on_net = replace(run, loaded=replace(run.loaded, model=net), layers=layers, targets=again)
+            out[run.method.name] = _per_unit(on_net.compute(x).maps, units).float().nan_to_num()
         return out
 
-    def _record(self, item: Decoded, row: int, name: str, scores: MapScores, extra: Measured, sets: BatchMaps) -> EvalRecord:
-        """One image's record for one map set: its class, every measure, its curves, its overlay when asked."""
+    def _nothing_to_measure(self, item: Decoded) -> EvalRecord:
+        """An image without a unit (a detector's with no detection kept): an ok record of no map set, said once a run."""
+        if not self.said_empty:
+            self.said_empty = True
+            self.warn(f"{item.source.path}: nothing to evaluate in it (no {self.task.unit} kept), and so for any other such image")
+        return EvalRecord(input=str(item.source.path), ok=True, model=self.loaded.name, width=int(item.photo.shape[1]),
+                          height=int(item.photo.shape[0]))  # fmt: skip
+
+    def _record(self, item: Decoded, unit: int, name: str, scores: MapScores, extra: Measured, sets: BatchMaps) -> EvalRecord:
+        """One unit's record for one map set: what it explains, every measure, its curves, its overlay when asked."""
         path = str(item.source.path)
         baseline = name in BASELINES
-        if not baseline and not bool(sets.finite[name][row]):
+        if not baseline and not bool(sets.finite[name][unit]):
             error = f"{path}: the model's scores or gradients are not finite (NaN or inf) for {name}"
             return EvalRecord(input=path, ok=False, error=error, model=self.loaded.name, method=name)
-        index = int(sets.classes[row])
-        class_name = name_of(self.classes.names, index)
-        probabilities = sets.probabilities[row]
-        probability = round(float(probabilities[index]), 6)
-        is_blank = bool(sets.blank[name][row]) if not baseline else False
-        metrics = {key: values[row] for key, values in scores.measures.items()}
-        metrics.update(extra.measures_of(name, row))
+        said = self.task.describe(sets, unit, item, self.classes.names)
+        is_blank = bool(sets.blank[name][unit]) if not baseline else False
+        metrics = {key: values[unit] for key, values in scores.measures.items()}
+        metrics.update(extra.measures_of(name, unit))
         targets = []
         if self.plan.overlays:
-            overlay = self.extras.write_overlay(item, name, sets.maps[name][row])
-            score = round(float(sets.logits[row, index]), 6)
-            targets = [TargetRecord(index, class_name, score, probability, is_blank, overlay=overlay)]
+            overlay = self.extras.write_overlay(item, name, sets.maps[name][unit], said, self.task.largest_detection)
+            targets = [TargetRecord(said.class_index, said.class_name, said.score, said.probability, is_blank, overlay=overlay)]
         run = next((run for run in self.runs if run.method.name == name), None)
         return EvalRecord(
             input=path, ok=True, model=self.loaded.name, method=name, baseline=baseline, layers=run.layer_names() if run else [],
-            width=int(item.photo.shape[1]), height=int(item.photo.shape[0]), class_index=index, class_name=class_name,
-            probability=probability, blank=is_blank, topk=topk_entries(probabilities, self.classes.names), metrics=metrics,
-            fractions=scores.fractions,
-            curves={key: rows[row] for key, rows in scores.curves.items()}, sanity=extra.sanity_of(name, row), targets=targets,
+            width=int(item.photo.shape[1]), height=int(item.photo.shape[0]), class_index=said.class_index,
+            class_name=said.class_name, probability=said.probability, blank=is_blank, topk=said.topk, metrics=metrics,
+            fractions=scores.fractions, curves={key: rows[unit] for key, rows in scores.curves.items()},
+            sanity=extra.sanity_of(name, unit), targets=targets, detection=said.detection, box=said.box,
         )  # fmt: skip
 
     def photo_map(self, item: Decoded, cam: torch.Tensor) -> np.ndarray:
@@ -279,3 +299,8 @@ class Evaluator:
     def class_matches(self, written: str, index: int) -> bool:
         """A box's class (a name or an index, as the boxes file writes it) is the explained class."""
         return self.classes.find(written) == index if self.classes.names else written.strip() == str(index)
+
+
+def _per_unit(values: torch.Tensor, units: Units) -> torch.Tensor:
+    """A batch's (N, K, ...) values by rank, as one row per unit (U, ...)."""
+    return values[units.image.to(values.device), units.rank.to(values.device)]

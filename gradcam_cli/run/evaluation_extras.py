@@ -1,9 +1,11 @@
 """The measures of an evaluation that need more than the model: the objects' boxes, the methods themselves, files.
 
 The pointing game reads the boxes (inputs/regions.py) and looks at each map
-put back on the photo; the sanity check re-initialises a copy of the network
-stage by stage (evaluate/sanity.py) and asks the methods again; with
-⟨report⟩ each map set's overlay is written for the page.
+put back on the photo (a detector's needs none: its own box, run/
+evaluation_units.py, measures it with its energy in box); the sanity check
+re-initialises a copy of the network stage by stage (evaluate/sanity.py) and
+asks the methods again; with ⟨report⟩ each map set's overlay is written for
+the page.
 """
 
 from __future__ import annotations
@@ -17,38 +19,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.run.evaluation_units import BatchMaps, Decoded, Described, EvalUnits, Units
 from gradcam_cli.vocab import Metric
 
 UNMATCHED_SHOWN = 5  # names of boxes' images that are not inputs, in the warning
 
 if TYPE_CHECKING:
-    from gradcam_cli.geometry import Geometry
-    from gradcam_cli.inputs.sources import Source
     from gradcam_cli.run.prepare import PreparedRun
     from gradcam_cli.settings import ExplainSettings
-
-
-@dataclass(frozen=True)
-class Decoded:
-    """An image ready for the model: the photo, where the input lies on it, the input."""
-
-    source: Source
-    photo: np.ndarray
-    geometry: Geometry
-    array: np.ndarray
-
-
-@dataclass(frozen=True)
-class BatchMaps:
-    """A batch's map sets (N, H, W each, at the input size) and what the methods said of them."""
-
-    maps: dict[str, torch.Tensor]
-    blank: dict[str, torch.Tensor]  # per method: (N,) bool
-    finite: dict[str, torch.Tensor]  # per method: (N,) bool, scores and gradients finite
-    classes: torch.Tensor  # (N,) the class every map set explains
-    logits: torch.Tensor  # (N, classes)
-    probabilities: torch.Tensor  # (N, classes), computed once from the logits (softmax; a single logit's sigmoid)
 
 
 class EvaluatorView(Protocol):
@@ -60,34 +38,36 @@ class EvaluatorView(Protocol):
     loaded: Any
     warn: Callable[[str], None]
     work: Any  # run/evaluation.py's Work: each step said as it starts
+    task: EvalUnits  # what a unit is: an image's class, or a detection
 
     def photo_map(self, item: Decoded, cam: torch.Tensor) -> np.ndarray: ...
 
-    def maps_with(self, net: torch.nn.Module, x: torch.Tensor, classes: torch.Tensor) -> dict[str, torch.Tensor]: ...
+    def maps_with(self, net: torch.nn.Module, x: torch.Tensor, units: Units) -> dict[str, torch.Tensor]: ...
 
     def class_matches(self, written: str, index: int) -> bool: ...
 
 
 @dataclass
 class Measured:
-    """A batch's extra measures: per map set, per measure, a value per image; the sanity check's steps and rows."""
+    """A batch's extra measures: per map set, per measure, a value per unit (an image, a detection); the sanity check's
+    steps and rows."""
 
     values: dict[str, dict[str, list[float | None]]] = field(default_factory=dict)
     steps: list[str] = field(default_factory=list)
-    rows: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)  # per method: spearman, ssim: a row per image
+    rows: dict[str, dict[str, list[list[float]]]] = field(default_factory=dict)  # per method: spearman, ssim: a row per unit
 
     def put(self, name: str, measure: str, values: list[float | None]) -> None:
         self.values.setdefault(name, {})[measure] = values
 
-    def measures_of(self, name: str, row: int) -> dict[str, float | None]:
-        return {measure: values[row] for measure, values in self.values.get(name, {}).items()}
+    def measures_of(self, name: str, unit: int) -> dict[str, float | None]:
+        return {measure: values[unit] for measure, values in self.values.get(name, {}).items()}
 
-    def sanity_of(self, name: str, row: int) -> dict[str, Any] | None:
+    def sanity_of(self, name: str, unit: int) -> dict[str, Any] | None:
         """What a record says of the sanity check: the steps, and its map's agreement after each."""
         rows = self.rows.get(name)
         if not rows:
             return None
-        return {"steps": self.steps, **{key: per_image[row] for key, per_image in rows.items()}}
+        return {"steps": self.steps, **{key: per_unit[unit] for key, per_unit in rows.items()}}
 
 
 class Extras:
@@ -96,11 +76,9 @@ class Extras:
     def __init__(self, evaluator: EvaluatorView, metrics: tuple[Metric, ...], boxes: Path | None) -> None:
         from gradcam_cli.outputs.naming import OutputNamer
 
-        self.evaluator = evaluator
+        self.evaluator, self.metrics = evaluator, metrics
         self.regions = None
-        if Metric.pointing in metrics:
-            if boxes is None:
-                raise UsageError("the pointing game needs to know where the objects are: give ⟨boxes⟩ (a CSV or JSON file, or mask PNGs)")
+        if Metric.pointing in metrics and boxes is not None:  # the task refused the pointing game without boxes where it needs them
             from gradcam_cli.inputs.regions import load_regions
 
             self.regions = load_regions(boxes)
@@ -131,6 +109,9 @@ class Extras:
 
     def measure(self, x: torch.Tensor, batch: list[Decoded], sets: BatchMaps) -> Measured:
         measured = Measured()
+        for name, measures in self.evaluator.task.measure(self.metrics, batch, sets, self.evaluator.photo_map).items():
+            for key, values in measures.items():
+                measured.put(name, key, values)
         if self.regions is not None:
             self._pointing(batch, sets, measured)
         if self.stages:
@@ -143,27 +124,29 @@ class Extras:
             self.evaluator.warn(message)
 
     def _pointing(self, batch: list[Decoded], sets: BatchMaps, measured: Measured) -> None:
-        """Per image, the object mask of its class; per map set, whether the map's hottest point is on it."""
+        """Per unit, the object mask of its class in its image; per map set, whether the map's hottest point is on it."""
         from gradcam_cli.evaluate.pointing import pointing_hit
         from gradcam_cli.inputs.regions import object_mask
 
         assert self.regions is not None
+        units = sets.units
         masks: list[np.ndarray | None] = []
-        for row, item in enumerate(batch):
+        for unit in range(len(units)):
+            item = batch[int(units.image[unit])]
             regions = self.regions.find(item.source.path)
             if regions is None:
                 masks.append(None)
                 continue
-            explained = partial(self.evaluator.class_matches, index=int(sets.classes[row]))
+            explained = partial(self.evaluator.class_matches, index=int(units.classes[unit]))
             mask, notices = object_mask(regions, item.photo.shape[:2], explained)
             for notice in notices:
                 self._say(f"{item.source.path}: {notice}")
             masks.append(mask)
         for name, maps in sets.maps.items():
             hits: list[float | None] = []
-            for row, item in enumerate(batch):
-                mask = masks[row]
-                hits.append(None if mask is None else pointing_hit(self.evaluator.photo_map(item, maps[row]), mask))
+            for unit, mask in enumerate(masks):
+                item = batch[int(units.image[unit])]
+                hits.append(None if mask is None else pointing_hit(self.evaluator.photo_map(item, maps[unit]), mask))
             measured.put(name, "pointing", hits)
 
     def _sanity(self, x: torch.Tensor, sets: BatchMaps, measured: Measured) -> None:
@@ -172,30 +155,35 @@ class Extras:
 
         methods = {run.method.name: sets.maps[run.method.name] for run in self.evaluator.runs}
         result = cascading_randomisation(
-            self.evaluator.model, x, self.stages, lambda net: self.evaluator.maps_with(net, x, sets.classes), original=methods,
+            self.evaluator.model, x, self.stages, lambda net: self.evaluator.maps_with(net, x, sets.units), original=methods,
             on_step=lambda step: self.evaluator.work.step(f"sanity check, {step} randomised"),
         )  # fmt: skip
         measured.steps = list(result.steps)
         for name in methods:
-            spearman, ssim = result.spearman[name], result.ssim[name]  # (S, N)
+            spearman, ssim = result.spearman[name], result.ssim[name]  # (S, U)
             measured.rows[name] = {"spearman": _rows(spearman.T), "ssim": _rows(ssim.T)}
             measured.put(name, "sanity", [round(float(v), 6) for v in spearman[-1].tolist()])
             measured.put(name, "sanity_ssim", [round(float(v), 6) for v in ssim[-1].tolist()])
 
-    def write_overlay(self, item: Decoded, name: str, cam: torch.Tensor) -> str:
-        """The map set's overlay of the image, named as explain names it (`<image>.<method>.png`)."""
+    def write_overlay(self, item: Decoded, name: str, cam: torch.Tensor, unit: Described, largest_detection: int | None) -> str:
+        """The map set's overlay of the unit, named as explain names it: `<image>.<method>.png`, a detection's
+        `<image>.<method>.detN.png` with its box drawn (as explain's ⟨each⟩)."""
+        from gradcam_cli.outputs.boxes import draw_boxes
+        from gradcam_cli.outputs.detection_files import detection_path
         from gradcam_cli.outputs.files import write_atomic
         from gradcam_cli.outputs.naming import OutputNamer
         from gradcam_cli.outputs.picture import draw
         from gradcam_cli.outputs.render import encode_png
 
         outputs = self.evaluator.settings.outputs
-        namer = self.namers.setdefault(name, OutputNamer(outputs.output_dir, name))
-        path = namer.paths(OutputNamer.base_for(item.source.relative), None, raw=False)[0]
+        namer = self.namers.setdefault(name, OutputNamer(outputs.output_dir, name, largest_detection=largest_detection))
+        base = OutputNamer.base_for(item.source.relative)
+        path = namer.paths(base, None, raw=False)[0] if unit.detection is None else detection_path(namer, base, f"det{unit.detection}")
         _refuse_explains_picture(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         shown = self.evaluator.photo_map(item, cam)
-        write_atomic(path, encode_png(draw(item.photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha)))
+        picture = draw(item.photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha)
+        write_atomic(path, encode_png(draw_boxes(picture, [unit.drawn]) if unit.drawn is not None else picture))
         return str(path)
 
 
