@@ -515,3 +515,28 @@ def test_truth_for_images_not_in_the_run_is_one_line(run_cli, tmp_path) -> None:
     assert result.code == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if "not among the inputs" in line]
     assert len(lines) == 1 and "elsewhere.png" in lines[0] and "--truth names 1 image(s)" in lines[0]
+
+
+def test_the_sparse_roi_align_gives_torchvisions_values_and_gradients_exactly() -> None:
+    """Its forward is torchvision's kernel; its backward skips only regions whose gradient is zero: the same sums."""
+    import torchvision.ops.poolers as poolers
+    from torchvision.ops import roi_align
+
+    from gradcam_cli.model.sparse_roi_align import pooling_sparsely, sparse_roi_align
+
+    generator = torch.Generator().manual_seed(0)
+    features = torch.rand(2, 8, 20, 20, generator=generator, requires_grad=True)
+    corners = torch.rand(300, 2, generator=generator) * 10
+    rois = torch.cat([torch.randint(0, 2, (300, 1), generator=generator).float(), corners, corners + 2 + torch.rand(300, 2) * 8], 1)
+    theirs, ours = roi_align(features, rois, (7, 7), 0.5, 2, False), sparse_roi_align(features, rois, (7, 7), 0.5, 2, False)
+    assert torch.equal(theirs, ours)
+    for live in ([3, 70, 250], [], list(range(300))):
+        weight = torch.zeros_like(theirs)
+        weight[live] = torch.rand(len(live), 8, 7, 7, generator=generator)
+        (expected,) = torch.autograd.grad((theirs * weight).sum(), features, retain_graph=True)
+        (got,) = torch.autograd.grad((ours * weight).sum(), features, retain_graph=True)
+        assert torch.equal(expected, got)
+    own = poolers.roi_align
+    with pooling_sparsely():
+        assert poolers.roi_align is sparse_roi_align
+    assert poolers.roi_align is own

@@ -41,8 +41,12 @@ class DetectionTargets:
         """The most ranks an image can have."""
         return self.max_detections
 
+    # each rank's backward is cheap on its own (a detector family's `explaining`), and a batched one (vmap) would
+    # run a custom backward such as the sparse RoIAlign's rank by rank anyway: one backward per rank
+    batched = False
+
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
-        return contextlib.nullcontext()
+        return self.family.explaining(model)
 
     def kept(self, found: Detections) -> Detections:
         """One image's detections that are explained, highest score first."""
@@ -105,8 +109,13 @@ class MissedTargets:
     def count(self) -> int:
         return max((len(lost) for lost in self.lost), default=0)
 
+    batched = False  # as DetectionTargets
+
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
-        return self.family.every_candidate(model)
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.family.every_candidate(model))
+        stack.enter_context(self.family.explaining(model))
+        return stack
 
     def read(self, output: Any, model_name: str = "the model") -> Reading:
         """Per image, per lost object: its best candidate's score for its class (K ranks, unchosen where none)."""

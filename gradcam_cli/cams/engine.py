@@ -111,7 +111,8 @@ def _run_gradient(job: _Job) -> CamBatch:
         activations = recorder.activations()
         layouts = job.layouts(activations)
         finite = finite_rows(reading.logits.detach(), *activations)
-        per_rank = recorder.gradients_per_rank(scores, retain_graph=method.guided) if scores.shape[1] else []
+        batched = getattr(job.targets, "batched", True)  # a detector's ranks: one backward each (cams/detections.py)
+        per_rank = recorder.gradients_per_rank(scores, retain_graph=method.guided, batched=batched) if scores.shape[1] else []
         maps, blanks, guided = [], [], []
         for k, gradients in enumerate(per_rank):
             finite &= finite_rows(*gradients)

@@ -144,12 +144,13 @@ class LayerRecorder:
         filled = [torch.zeros_like(o) if g is None else g.detach() for o, g in zip(outputs, grads)]
         return filled[0], filled[1:]
 
-    def gradients_per_rank(self, scores: torch.Tensor, retain_graph: bool) -> list[list[torch.Tensor]]:
+    def gradients_per_rank(self, scores: torch.Tensor, retain_graph: bool, batched: bool = True) -> list[list[torch.Tensor]]:
         """For each column k of `scores` (N, K): the gradients of its sum at every target layer.
 
         One batched backward (autograd's vmap over K one-hot output gradients)
         instead of K passes; a model with an op that has no batching rule falls
-        back to one pass per class, with the same result.
+        back to one pass per class, with the same result. `batched=False` asks for one pass per column at once
+        (targets whose backward is cheap on its own, a detector's).
         """
         import warnings
 
@@ -157,7 +158,7 @@ class LayerRecorder:
         if k == 1:
             return [self.gradients(scores[:, 0].sum(), retain_graph)]
         outputs = [self.outputs[layer.name] for layer in self.layers]
-        if all(o.requires_grad for o in outputs) and scores.requires_grad:
+        if batched and all(o.requires_grad for o in outputs) and scores.requires_grad:
             one_hot = torch.eye(k, dtype=scores.dtype, device=scores.device)[:, None, :].expand(k, n, k)
             try:
                 with warnings.catch_warnings():

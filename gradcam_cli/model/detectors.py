@@ -26,6 +26,7 @@ from gradcam_cli.errors import ModelError
 from gradcam_cli.found import Detections
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.model.hf_detectors import HfDetectors
+from gradcam_cli.model.sparse_roi_align import pooling_sparsely
 from gradcam_cli.model.yolo_detectors import YoloDetectors
 
 UNIT_MEAN, UNIT_STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # pixels in [0, 1]: the model normalises them itself
@@ -61,6 +62,9 @@ class DetectorFamily(Protocol):
     def every_candidate(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         """While inside, the model's forward returns every candidate it scored (no score threshold, no suppression, no
         cap), each with its score for its class: where a missed object's best candidate is found."""
+
+    def explaining(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        """While its detections are explained: what makes each one's backward cheap (the same gradients), if anything."""
 
 
 class TorchvisionDetectors:
@@ -131,6 +135,11 @@ class TorchvisionDetectors:
 
     # the postprocessing's knobs, on the model (RetinaNet, FCOS, SSD) or its roi_heads (R-CNN), and their open values
     OPEN = (("score_thresh", 0.0), ("nms_thresh", 1.0), ("detections_per_img", 1_000_000))
+
+    def explaining(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        """A two-stage detector pools its regions with a backward that visits only the regions with a gradient
+        (model/sparse_roi_align.py): one detection's backward no longer walks every proposal."""
+        return pooling_sparsely() if getattr(model, "roi_heads", None) is not None else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def every_candidate(self, model: nn.Module) -> Iterator[None]:

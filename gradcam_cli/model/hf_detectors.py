@@ -138,6 +138,9 @@ class HfDetectors:
             raise ModelError(f"⟨model⟩: {name} has no backbone whose feature maps its transformer reads; name them with ⟨layers⟩")
         return read
 
+    def explaining(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        return contextlib.nullcontext()  # its backward has nothing to skip
+
     @contextlib.contextmanager
     def every_candidate(self, model: nn.Module) -> Iterator[None]:
         """`read` gives every query with each class's score (no top k, no best class): queries x classes candidates."""

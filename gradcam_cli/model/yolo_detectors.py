@@ -105,6 +105,9 @@ class YoloDetectors:
         sources = [head.f] if isinstance(head.f, int) else list(head.f)
         return [f"model.{i if i >= 0 else index + i}" for i in sources]
 
+    def explaining(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        return contextlib.nullcontext()  # its backward has nothing to skip
+
     @contextlib.contextmanager
     def every_candidate(self, model: nn.Module) -> Iterator[None]:
         """`read` returns every anchor with its best class (no NMS, no cap) while inside; as it was on the way out."""
