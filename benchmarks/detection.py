@@ -111,7 +111,7 @@ def measure(model: str, images: int, detections: int, rounds: int) -> dict[str, 
     }
 
 
-def table(rows: dict[str, dict[str, float]], images: int, detections: int) -> str:
+def table(rows: dict[str, dict[str, float]], images: int, detections: int, rounds: int) -> str:
     cpu = platform.processor() or platform.machine()
     lines = [
         f"| {images} images of 640x480, {detections} detections each | images/s ours | images/s pytorch-grad-cam | speed-up "
@@ -127,8 +127,8 @@ def table(rows: dict[str, dict[str, float]], images: int, detections: int) -> st
         )
     lines += [
         "",
-        f"Random weights, GradCAM both ways, one overlay per detection both ways, best of the rounds, each program a fresh "
-        f"process ({cpu}, {os.cpu_count()} cores). Command: `python benchmarks/detection.py --images {images}`.",
+        f"Random weights, GradCAM both ways, one overlay per detection both ways, best of {rounds} round(s), each program a "
+        f"fresh process ({cpu}, {os.cpu_count()} cores). Command: `python benchmarks/detection.py --images {images} --rounds {rounds}`.",
     ]
     return "\n".join(lines)
 
@@ -151,7 +151,7 @@ def main() -> None:
     parser.add_argument("--readme", action="store_true", help="write the table into README.md")
     args = parser.parse_args()
     rows = {model: measure(model, args.images, args.detections, args.rounds) for model in args.models.split(",")}
-    text = table(rows, args.images, args.detections)
+    text = table(rows, args.images, args.detections, args.rounds)
     print(text)
     if args.readme:
         write_readme(text)
