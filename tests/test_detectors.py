@@ -235,7 +235,6 @@ def test_one_forward_per_batch_gives_every_detections_map(run_cli, tmp_path, mon
     [
         (["--task", "classify"], "--task classify: "),
         (["--aug-smooth"], "--aug-smooth does not apply to detectors"),
-        (["--method", "scorecam"], "scorecam does not apply to detectors"),
         (["--topk", "3"], "--topk picks classes of a classifier"),
         (["--class", "hexagon"], "'hexagon' is not a class of this model"),
     ],
@@ -540,3 +539,20 @@ def test_the_sparse_roi_align_gives_torchvisions_values_and_gradients_exactly() 
     with pooling_sparsely():
         assert poolers.roi_align is sparse_roi_align
     assert poolers.roi_align is own
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["ablationcam", "scorecam"])
+def test_masked_forward_methods_explain_each_detection_by_its_own_score(run_cli, tmp_path, method) -> None:
+    """Each masked forward finds the detection again (its class's best-overlapping box, postprocessing opened)."""
+    _scenes(tmp_path / "in", 1)
+    args = ["--method", method, "--layer", "backbone.fpn.layer_blocks.0", "--max-detections", "2", "--each", "--json"]
+    result = run_cli("explain", tmp_path / "in", *DETECTOR, *args, "-o", tmp_path / "o")
+    assert result.code == 0, result.stderr
+    assert "up to 2 detections" in result.stderr  # the cost notice counts detections
+    (record,) = result.records()
+    assert len(record["detections"]) == 2 and not any(d["blank"] for d in record["detections"])
+    from PIL import Image
+
+    first, second = (np.asarray(Image.open(d["overlay"]).convert("RGB"), np.int16) for d in record["detections"])
+    assert np.abs(first - second).mean() > 1.0  # each its own target

@@ -12,6 +12,7 @@ forward and one batched backward give every detection of the batch its map.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ from gradcam_cli.model.detectors import DetectorFamily
 
 DEFAULT_SCORE_THRESHOLD = 0.5
 DEFAULT_MAX_DETECTIONS = 20
+MIN_IOU = 0.5  # pytorch-grad-cam's FasterRCNNBoxScoreTarget iou_threshold: a detection found again in a changed image
+ScoreReader = Callable[[Any, torch.Tensor], torch.Tensor]  # (a forward's result, the image of each row) → each row's score
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,24 @@ class DetectionTargets:
 
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         return self.family.explaining(model)
+
+    def perturbed(
+        self, reading: Reading, rank: int, model: nn.Module
+    ) -> tuple[ScoreReader | None, contextlib.AbstractContextManager[object]]:
+        """How a masked forward (scorecam, ablationcam) scores rank `rank`: each image's detection found again in it
+        (`matched_score`), the model's postprocessing opened so a weakened one still has its candidate."""
+        found = reading.found or []
+
+        def scores(output: Any, images: torch.Tensor) -> torch.Tensor:
+            per_image = self.family.read(output, "the model", self.input_hw)
+            out = []
+            for row, image in enumerate(images.tolist()):
+                mine = found[image]
+                hit = rank < len(mine)
+                out.append(matched_score(per_image[row], mine.boxes[rank], int(mine.labels[rank])) if hit else torch.zeros(()))
+            return torch.stack([value.float().cpu() for value in out]).to(images.device)
+
+        return scores, self.family.every_candidate(model)
 
     def kept(self, found: Detections) -> Detections:
         """One image's detections that are explained, highest score first."""
@@ -117,6 +138,27 @@ class MissedTargets:
         stack.enter_context(self.family.explaining(model))
         return stack
 
+    def perturbed(
+        self, reading: Reading, rank: int, model: nn.Module
+    ) -> tuple[ScoreReader | None, contextlib.AbstractContextManager[object]]:
+        """A masked forward scores a lost object's candidate as a detection's is scored (DetectionTargets.perturbed)."""
+        found = reading.found or []
+
+        def scores(output: Any, images: torch.Tensor) -> torch.Tensor:
+            per_image = self.family.read(output, "the model", self.input_hw)
+            out = []
+            for row, image in enumerate(images.tolist()):
+                lost = self.lost[image]
+                candidate = found[image][rank] if rank < len(found[image]) else None
+                if candidate is None:
+                    out.append(torch.zeros(()))
+                    continue
+                box = torch.tensor(candidate.box, dtype=torch.float32)
+                out.append(matched_score(per_image[row], box, lost[rank].class_index))
+            return torch.stack([value.float().cpu() for value in out]).to(images.device)
+
+        return scores, self.forwarding(model)
+
     def read(self, output: Any, model_name: str = "the model") -> Reading:
         """Per image, per lost object: its best candidate's score for its class (K ranks, unchosen where none)."""
         per_image = self.family.read(output, model_name, self.input_hw)
@@ -163,3 +205,17 @@ def _ranked(
         scores=stacked, targets=targets.reshape(n, ranks), logits=stacked.detach(), chosen=chosen.reshape(n, ranks).to(device),
         found=found,
     )  # fmt: skip
+
+
+def matched_score(found: Detections, box: torch.Tensor, label: int, min_iou: float = MIN_IOU) -> torch.Tensor:
+    """A detection's score among `found` (one image's output boxes): the score of the box of class `label` that
+    overlaps `box` (4,) best, or 0 when none of that class overlaps it by at least `min_iou`."""
+    from torchvision.ops import box_iou
+
+    zero = found.scores.new_zeros((), dtype=torch.float32)
+    mine = (found.labels == label).nonzero().flatten()
+    if not len(mine):
+        return zero
+    ious = box_iou(box.to(found.boxes.device, torch.float32)[None], found.boxes[mine].float())[0]
+    best = int(ious.argmax())
+    return found.scores[mine[best]].float() if float(ious[best]) >= min_iou else zero

@@ -12,7 +12,7 @@ import contextlib
 import threading
 import weakref
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
 
 from gradcam_cli.extract.recorder import LayerRecorder
@@ -138,32 +138,45 @@ def _perturbation_raws(
     activations: list[torch.Tensor],
     grids: list[torch.Tensor],
     layouts: list[Layout],
-    logits: torch.Tensor,
-    classes: torch.Tensor,
+    reading: Reading,
+    rank: int,
 ) -> list[torch.Tensor]:
     """Raw maps per layer of a gradient-free method that weighs channels by extra forwards."""
+    read_scores, forwarding = job.targets.perturbed(reading, rank, job.model)
+    # a target that reads its own scores (a detector's) keeps its (N, K) scores in `logits`: rank k is column k
+    classes = reading.targets[:, rank] if read_scores is None else torch.full_like(reading.targets[:, rank], rank)
+    raws = []
+    with forwarding:
+        for layer, raw, layout, grid in zip(job.layers, activations, layouts, grids):
+            raws.append(_layer_raw(job, layer, raw, layout, grid, reading.logits, classes, read_scores))
+    return raws
+
+
+def _layer_raw(
+    job: _Job, layer: ResolvedLayer, raw: torch.Tensor, layout: Layout, grid: torch.Tensor, logits: torch.Tensor,
+    classes: torch.Tensor, read_scores: Any,
+) -> torch.Tensor:  # fmt: skip
+    """One layer's raw map of a masked-forward method."""
     from gradcam_cli.extract.perturb import LayerProbe
 
-    raws = []
-    for layer, raw, layout, grid in zip(job.layers, activations, layouts, grids):
-        probe = LayerProbe(
-            model=job.model,
-            x=job.x,
-            layer=layer,
-            layout=layout,
-            output=raw,
-            activations=grid,
-            logits=logits,
-            classes=classes,
-            batch_size=job.options.cam_batch_size,
-            progress=job.options.progress,
-            method_name=job.method.name,
-            sign=-1.0 if job.options.negative else 1.0,
-        )
-        with job.autocast():
-            weights = job.method.perturbation_cam()(probe).float()
-        raws.append(job.reduce(weights[:, :, None, None] * grid))
-    return raws
+    probe = LayerProbe(
+        model=job.model,
+        x=job.x,
+        layer=layer,
+        layout=layout,
+        output=raw,
+        activations=grid,
+        logits=logits,
+        classes=classes,
+        batch_size=job.options.cam_batch_size,
+        progress=job.options.progress,
+        method_name=job.method.name,
+        sign=-1.0 if job.options.negative else 1.0,
+        read_scores=read_scores,
+    )
+    with job.autocast():
+        weights = job.method.perturbation_cam()(probe).float()
+    return job.reduce(weights[:, :, None, None] * grid)
 
 
 def _run_forward_only(job: _Job) -> CamBatch:
@@ -186,7 +199,7 @@ def _run_forward_only(job: _Job) -> CamBatch:
             per_rank = [(cam, blank)] * chosen.shape[1]
         else:
             per_rank = [
-                finish_maps(_perturbation_raws(job, activations, grids, layouts, logits, chosen[:, k]), job.size, job.options)
+                finish_maps(_perturbation_raws(job, activations, grids, layouts, reading, k), job.size, job.options)
                 for k in range(chosen.shape[1])
             ]
         return _batch(job, reading, [m for m, _ in per_rank], [b for _, b in per_rank], finite)

@@ -46,6 +46,9 @@ class Targets(Protocol):
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         """How the model forwards while these targets are read (a detector's missed objects: every candidate)."""
 
+    def perturbed(self, reading: Reading, rank: int, model: nn.Module) -> tuple[Any, contextlib.AbstractContextManager[object]]:
+        """How masked forwards score rank `rank` (None: its class's logit), and how the model forwards meanwhile."""
+
 
 def class_scores(output: Any, model_name: str) -> torch.Tensor:
     """A classifier's (N, classes) scores in what its forward returned (model/outputs.py picked them already)."""
@@ -110,6 +113,9 @@ class TargetChoice:
 
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()
+
+    def perturbed(self, reading: Reading, rank: int, model: nn.Module) -> tuple[Any, contextlib.AbstractContextManager[object]]:
+        return None, contextlib.nullcontext()  # the logit of rank `rank`'s class
 
     def check(self, num_classes: int) -> None:
         """Every named class (or output value) is one the model has."""
@@ -197,3 +203,6 @@ class FixedTargets:
 
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()
+
+    def perturbed(self, reading: Reading, rank: int, model: nn.Module) -> tuple[Any, contextlib.AbstractContextManager[object]]:
+        return None, contextlib.nullcontext()  # the logit of rank `rank`'s class

@@ -32,24 +32,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from gradcam_cli.found import Detections
+from gradcam_cli.cams.detections import MIN_IOU, matched_score
 from gradcam_cli.model.detectors import DetectorFamily
-
-MIN_IOU = 0.5  # pytorch-grad-cam's FasterRCNNBoxScoreTarget iou_threshold
-
-
-def matched_score(found: Detections, box: torch.Tensor, label: int, min_iou: float = MIN_IOU) -> torch.Tensor:
-    """A detection's score among `found` (one image's output boxes): the score of the box of class `label` that
-    overlaps `box` (4,) best, or 0 when none of that class overlaps it by at least `min_iou`."""
-    from torchvision.ops import box_iou
-
-    zero = found.scores.new_zeros((), dtype=torch.float32)
-    mine = (found.labels == label).nonzero().flatten()
-    if not len(mine):
-        return zero
-    ious = box_iou(box.to(found.boxes.device, torch.float32)[None], found.boxes[mine].float())[0]
-    best = int(ious.argmax())
-    return found.scores[mine[best]].float() if float(ious[best]) >= min_iou else zero
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,8 @@ class LayerProbe:
     progress: ProgressFn | None = None
     method_name: str = "perturbation"
     sign: float = 1.0  # -1: the score explained is minus the class score (⟨negative⟩)
+    # a target that is no logit (a detection found again in a masked image): each row's score from the forward's result
+    read_scores: Callable[[Any, torch.Tensor], torch.Tensor] | None = None
 
     @property
     def num_channels(self) -> int:
@@ -100,12 +102,18 @@ class LayerProbe:
         scores = torch.empty(n * c, dtype=torch.float32, device=self.x.device)
         for start, images, channels in self._chunks(n, c):
             out = forward(images, channels)
-            logits = first_tensor(out.logits if hasattr(out, "logits") else out)
-            assert logits is not None
-            scores[start : start + len(images)] = self.sign * logits.gather(1, self.classes[images][:, None])[:, 0].float()
+            scores[start : start + len(images)] = self.sign * self._target(out, images)
             if self.progress:
                 self.progress(f"{self.method_name} {self.layer.name}", start + len(images), n * c)
         return scores.reshape(n, c)
+
+    def _target(self, out: Any, images: torch.Tensor) -> torch.Tensor:
+        """Each row's score in a forward's result: its image's class logit, or the target's own reading."""
+        if self.read_scores is not None:
+            return self.read_scores(out, images).float()
+        logits = first_tensor(out.logits if hasattr(out, "logits") else out)
+        assert logits is not None
+        return logits.gather(1, self.classes[images][:, None])[:, 0].float()
 
     def _chunks(self, n: int, c: int) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
 

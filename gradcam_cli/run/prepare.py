@@ -217,7 +217,10 @@ def _perturbation_cost(run: PreparedRun) -> str:
     times = run.targets.count * (len(VIEWS) if run.options.aug_smooth else 1)  # the forwards run again per class and view
     also = "".join(
         [
-            f" x {run.targets.count} classes" if run.targets.count > 1 else "",
+            f" x {'up to ' if run.kind is TargetKind.detection else ''}{run.targets.count} "
+            f"{'detections' if run.kind is TargetKind.detection else 'classes'}"
+            if run.targets.count > 1
+            else "",
             f" x {len(VIEWS)} views of ⟨aug_smooth⟩" if run.options.aug_smooth else "",
         ]
     )

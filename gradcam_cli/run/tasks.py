@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from gradcam_cli.cams.detections import DEFAULT_MAX_DETECTIONS, DEFAULT_SCORE_THRESHOLD, DetectionTargets
-from gradcam_cli.cams.methods import CamMethod, MethodKind
+from gradcam_cli.cams.methods import CamMethod
 from gradcam_cli.cams.targets import TargetChoice, Targets, parse_class, target_choice
 from gradcam_cli.errors import UsageError
 from gradcam_cli.layers.defaults import default_layer_paths
@@ -110,8 +110,6 @@ class DetectTask:
             (settings.inputs.crop, "⟨crop⟩ does not apply to detectors: the whole photo is letterboxed into the input"),
             (settings.outputs.save_raw or settings.outputs.save_guided, "⟨save_raw⟩ and ⟨save_guided⟩ do not apply to "
              "detectors yet; the Python API's explain() returns each detection's map as an array"),
-            (method.kind is MethodKind.PERTURBATION, f"{method.name} does not apply to detectors yet: its masked forwards "
-             "would each need their detections matched again; use ⟨method=gradcam⟩ or a gradient-free ⟨method=eigencam⟩"),
         ]  # fmt: skip
         for wrong, message in refused:
             if wrong:
