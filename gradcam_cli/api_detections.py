@@ -22,6 +22,7 @@ from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.provenance import stamp_for
 from gradcam_cli.outputs.records import DetectionRecord, MissedRecord
 from gradcam_cli.run.prepare import PreparedRun
+from gradcam_cli.vocab import Norm
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -36,7 +37,7 @@ class _Kept:
         self.class_names: Sequence[str] | None = run.loaded.class_names
         self.context = context
         self.colormap, self.alpha, self.style, self.caption = outputs.colormap, outputs.alpha, outputs.style, outputs.caption
-        self.raw_norm = run.settings.maps.norm.value != "minmax"
+        self.raw_norm = run.settings.maps.norm is not Norm.minmax
         self.each = True  # every object's own overlay
         self.pictures: dict[str, Image.Image] = {}
         self.maps: dict[str, np.ndarray] = {}

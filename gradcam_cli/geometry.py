@@ -80,10 +80,8 @@ def _letterbox(original_hw: tuple[int, int], input_hw: tuple[int, int]) -> Geome
 
 def boxes_to_original(boxes: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     """Boxes (K, 4) in the input's pixels → the photo's pixels, clipped to the photo."""
-    x0, y0, x1, y1 = geometry.box
-    in_h, in_w = geometry.input_hw
-    scale = boxes.new_tensor([(x1 - x0) / in_w, (y1 - y0) / in_h] * 2)
-    shift = boxes.new_tensor([x0, y0] * 2)
+    scale = boxes.new_tensor(input_pixel(geometry) * 2)
+    shift = boxes.new_tensor(geometry.box[:2] * 2)
     height, width = geometry.original_hw
     out = boxes.float() * scale + shift
     return torch.stack([out[:, 0].clamp(0, width), out[:, 1].clamp(0, height), out[:, 2].clamp(0, width), out[:, 3].clamp(0, height)], 1)
@@ -91,10 +89,7 @@ def boxes_to_original(boxes: torch.Tensor, geometry: Geometry) -> torch.Tensor:
 
 def boxes_to_input(boxes: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     """Boxes (K, 4) in the photo's pixels → the input's pixels (the inverse of boxes_to_original, without clipping)."""
-    x0, y0, x1, y1 = geometry.box
-    in_h, in_w = geometry.input_hw
-    scale = boxes.new_tensor([(x1 - x0) / in_w, (y1 - y0) / in_h] * 2)
-    return (boxes.float() - boxes.new_tensor([x0, y0] * 2)) / scale
+    return (boxes.float() - boxes.new_tensor(geometry.box[:2] * 2)) / boxes.new_tensor(input_pixel(geometry) * 2)
 
 
 def input_pixel(geometry: Geometry) -> tuple[float, float]:

@@ -56,18 +56,8 @@ class DetectionTargets:
     ) -> tuple[ScoreReader | None, contextlib.AbstractContextManager[object]]:
         """How a masked forward (scorecam, ablationcam) scores rank `rank`: each image's detection found again in it
         (`matched_score`), the model's postprocessing opened so a weakened one still has its candidate."""
-        found = reading.found or []
-
-        def scores(output: Any, images: torch.Tensor) -> torch.Tensor:
-            per_image = self.family.read(output, "the model", self.input_hw)
-            out = []
-            for row, image in enumerate(images.tolist()):
-                mine = found[image]
-                hit = rank < len(mine)
-                out.append(matched_score(per_image[row], mine.boxes[rank], int(mine.labels[rank])) if hit else torch.zeros(()))
-            return torch.stack([value.float().cpu() for value in out]).to(images.device)
-
-        return scores, self.family.every_candidate(model)
+        sought = [(mine.boxes[rank], int(mine.labels[rank])) if rank < len(mine) else None for mine in reading.found or []]
+        return found_again(self.family, self.input_hw, sought), self.family.every_candidate(model)
 
     def kept(self, found: Detections) -> Detections:
         """One image's detections that are explained, highest score first."""
@@ -142,22 +132,11 @@ class MissedTargets:
         self, reading: Reading, rank: int, model: nn.Module
     ) -> tuple[ScoreReader | None, contextlib.AbstractContextManager[object]]:
         """A masked forward scores a lost object's candidate as a detection's is scored (DetectionTargets.perturbed)."""
-        found = reading.found or []
-
-        def scores(output: Any, images: torch.Tensor) -> torch.Tensor:
-            per_image = self.family.read(output, "the model", self.input_hw)
-            out = []
-            for row, image in enumerate(images.tolist()):
-                lost = self.lost[image]
-                candidate = found[image][rank] if rank < len(found[image]) else None
-                if candidate is None:
-                    out.append(torch.zeros(()))
-                    continue
-                box = torch.tensor(candidate.box, dtype=torch.float32)
-                out.append(matched_score(per_image[row], box, lost[rank].class_index))
-            return torch.stack([value.float().cpu() for value in out]).to(images.device)
-
-        return scores, self.forwarding(model)
+        sought = []
+        for candidates, lost in zip(reading.found or [], self.lost):
+            candidate = candidates[rank] if rank < len(candidates) else None
+            sought.append(None if candidate is None else (torch.tensor(candidate.box), lost[rank].class_index))
+        return found_again(self.family, self.input_hw, sought), self.forwarding(model)
 
     def read(self, output: Any, model_name: str = "the model") -> Reading:
         """Per image, per lost object: its best candidate's score for its class (K ranks, unchosen where none)."""
@@ -205,6 +184,21 @@ def _ranked(
         scores=stacked, targets=targets.reshape(n, ranks), logits=stacked.detach(), chosen=chosen.reshape(n, ranks).to(device),
         found=found,
     )  # fmt: skip
+
+
+def found_again(family: DetectorFamily, input_hw: tuple[int, int], sought: list[tuple[torch.Tensor, int] | None]) -> ScoreReader:
+    """A masked forward's score for each row: its image's sought object (a box in the input's pixels and a class)
+    found again among that forward's detections (`matched_score`); 0 for an image that has none at this rank."""
+
+    def scores(output: Any, images: torch.Tensor) -> torch.Tensor:
+        per_image = family.read(output, "the model", input_hw)
+        out = []
+        for row, image in enumerate(images.tolist()):
+            wanted = sought[image]
+            out.append(torch.zeros(()) if wanted is None else matched_score(per_image[row], wanted[0], wanted[1]))
+        return torch.stack([value.float().cpu() for value in out]).to(images.device)
+
+    return scores
 
 
 def matched_score(found: Detections, box: torch.Tensor, label: int, min_iou: float = MIN_IOU) -> torch.Tensor:

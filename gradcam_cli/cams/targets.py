@@ -58,16 +58,38 @@ def class_scores(output: Any, model_name: str) -> torch.Tensor:
     return logits
 
 
-def read_classes(choice: TargetChoice | FixedTargets, output: Any, model_name: str) -> Reading:
+def read_classes(choice: ClassTargets, output: Any, model_name: str) -> Reading:
     """A classifier's reading: the chosen classes' scores."""
     logits = class_scores(output, model_name)
     chosen = choice.choose(logits)
-    explained = choice.explained(logits, chosen) if isinstance(choice, TargetChoice) else None
-    return Reading(scores=logits.gather(1, chosen.to(logits.device)), targets=chosen, logits=logits, chosen=explained)
+    return Reading(
+        scores=logits.gather(1, chosen.to(logits.device)), targets=chosen, logits=logits, chosen=choice.explained(logits, chosen)
+    )
+
+
+class ClassTargets:
+    """What every choice of classes shares: the forward's logits read, the model forwarding as it is, a masked forward
+    scored by its class's logit. Its subclasses say `choose` (and `explained`, where images keep their own ranks)."""
+
+    def choose(self, logits: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def explained(self, logits: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor | None:
+        """(N, K) bool: the ranks each image keeps; None when it keeps all."""
+        return None
+
+    def read(self, output: Any, model_name: str = "the model") -> Reading:
+        return read_classes(self, output, model_name)
+
+    def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
+        return contextlib.nullcontext()
+
+    def perturbed(self, reading: Reading, rank: int, model: nn.Module) -> tuple[Any, contextlib.AbstractContextManager[object]]:
+        return None, contextlib.nullcontext()  # the logit of rank `rank`'s class
 
 
 @dataclass(frozen=True)
-class TargetChoice:
+class TargetChoice(ClassTargets):
     """Explicit class indices (the same for every image), one per image, the top K, or the labels above a threshold.
 
     With `threshold` (⟨multilabel⟩) each image has its own number of labels: a
@@ -107,15 +129,6 @@ class TargetChoice:
                 raise UsageError(f"{len(self.classes)} classes given for a batch of {n} images; give one per image")
             return chosen[:, None]
         return chosen[None, :].expand(n, -1)
-
-    def read(self, output: Any, model_name: str = "the model") -> Reading:
-        return read_classes(self, output, model_name)
-
-    def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
-        return contextlib.nullcontext()
-
-    def perturbed(self, reading: Reading, rank: int, model: nn.Module) -> tuple[Any, contextlib.AbstractContextManager[object]]:
-        return None, contextlib.nullcontext()  # the logit of rank `rank`'s class
 
     def check(self, num_classes: int) -> None:
         """Every named class (or output value) is one the model has."""
@@ -186,7 +199,7 @@ def target_choice(
 
 
 @dataclass(frozen=True)
-class FixedTargets:
+class FixedTargets(ClassTargets):
     """Classes already chosen (N, K): reruns of a batch (test-time augmentation) explain the same ones."""
 
     chosen: torch.Tensor
@@ -197,12 +210,3 @@ class FixedTargets:
 
     def choose(self, logits: torch.Tensor) -> torch.Tensor:
         return self.chosen.to(logits.device)
-
-    def read(self, output: Any, model_name: str = "the model") -> Reading:
-        return read_classes(self, output, model_name)
-
-    def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
-        return contextlib.nullcontext()
-
-    def perturbed(self, reading: Reading, rank: int, model: nn.Module) -> tuple[Any, contextlib.AbstractContextManager[object]]:
-        return None, contextlib.nullcontext()  # the logit of rank `rank`'s class

@@ -15,7 +15,6 @@ refused in one line when it is loaded.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,7 @@ from gradcam_cli.errors import ModelError
 from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, DataConfig
 from gradcam_cli.found import Detections
 from gradcam_cli.model.hf_hub import detector_data_config
-from gradcam_cli.model.state import eval_mode
+from gradcam_cli.model.state import eval_mode, switched_on
 
 PROBE_HW = (128, 128)  # the forward that finds the feature maps: every level of a 32-stride backbone at least 4x4
 DETR_SIDE = 800  # DETR's shortest edge, for a model saved without its image processor
@@ -141,14 +140,9 @@ class HfDetectors:
     def explaining(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()  # its backward has nothing to skip
 
-    @contextlib.contextmanager
-    def every_candidate(self, model: nn.Module) -> Iterator[None]:
+    def every_candidate(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         """`read` gives every query with each class's score (no top k, no best class): queries x classes candidates."""
-        token = _EVERY.set(True)
-        try:
-            yield
-        finally:
-            _EVERY.reset(token)
+        return switched_on(_EVERY)
 
 
 def _parts(output: Any, model_name: str) -> tuple[torch.Tensor, torch.Tensor]:

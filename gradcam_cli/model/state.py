@@ -7,6 +7,7 @@ masked forwards all put the model in a state and must leave it as they found it.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 from collections.abc import Iterator
 
@@ -55,3 +56,13 @@ def first_tensor(output: Any) -> torch.Tensor | None:
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return output[0]
     return None
+
+
+@contextmanager
+def switched_on(flag: ContextVar[bool]) -> Iterator[None]:
+    """A context flag on inside (this thread or task only), as it was after: a detector family's opened postprocessing."""
+    token = flag.set(True)
+    try:
+        yield
+    finally:
+        flag.reset(token)

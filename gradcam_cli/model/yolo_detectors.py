@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -36,6 +35,7 @@ from gradcam_cli.errors import ModelError
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.found import Detections
 from gradcam_cli.model.libraries import import_torchvision
+from gradcam_cli.model.state import switched_on
 
 IOU = 0.7  # Ultralytics' `iou` default (cfg/default.yaml), what predict and val pass to non_max_suppression
 MAX_NMS = 30_000  # non_max_suppression's max_nms: the best anchors that enter NMS
@@ -108,14 +108,9 @@ class YoloDetectors:
     def explaining(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()  # its backward has nothing to skip
 
-    @contextlib.contextmanager
-    def every_candidate(self, model: nn.Module) -> Iterator[None]:
+    def every_candidate(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         """`read` returns every anchor with its best class (no NMS, no cap) while inside; as it was on the way out."""
-        token = _EVERY.set(True)
-        try:
-            yield
-        finally:
-            _EVERY.reset(token)
+        return switched_on(_EVERY)
 
 
 def predictions(output: Any, model_name: str) -> torch.Tensor:

@@ -23,7 +23,7 @@ from gradcam_cli.geometry import Geometry, boxes_to_original, map_to_original
 from gradcam_cli.outputs.boxes import DrawnBox, draw_boxes
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.picture import draw
-from gradcam_cli.outputs.records import DetectionRecord, ImageRecord, MissedRecord
+from gradcam_cli.outputs.records import DetectionRecord, ImageRecord, MissedRecord, class_name
 from gradcam_cli.found import Judged
 from gradcam_cli.maps import normalise
 from gradcam_cli.timings import stamp
@@ -61,7 +61,7 @@ def detection_path(namer: OutputNamer, base: PurePath, which: str) -> Path:
 
 
 def label_of(names: Sequence[str] | None, index: int, score: float) -> str:
-    return f"{_name(names, index) or f'class {index}'} {score:.2f}"
+    return f"{class_name(names, index) or f'class {index}'} {score:.2f}"
 
 
 def write_detections(
@@ -88,7 +88,7 @@ def write_detections(
                 rank=k,
                 box=[round(v, 2) for v in boxes[k]],
                 class_index=index,
-                class_name=_name(out.class_names, index),
+                class_name=class_name(out.class_names, index),
                 score=round(score, 6),
                 blank=bool(cams.blank[row, k]),
                 energy_in_box=energy,
@@ -130,10 +130,6 @@ def _on_photo(out: Pictures, cam: torch.Tensor, geometry: Geometry) -> np.ndarra
     return map_to_original(normalise(cam)[0] if out.raw_norm else cam, geometry)
 
 
-def _name(names: Sequence[str] | None, index: int | None) -> str | None:
-    return names[index] if names and index is not None and 0 <= index < len(names) else None
-
-
 def _missed(out: Pictures, image: np.ndarray, geometry: Geometry, judged: Judged, j: int, canvas: Canvas, base: PurePath) -> MissedRecord:
     """One missed object: its true box dashed, its candidate's map in it, and its record."""
     missed = judged.missed[j]
@@ -151,7 +147,7 @@ def _missed(out: Pictures, image: np.ndarray, geometry: Geometry, judged: Judged
         canvas.boxes.append(drawn)
     where = boxes_to_original(torch.tensor([candidate.box]), geometry)[0].tolist() if candidate is not None else None
     return MissedRecord(
-        rank=j, box=[round(v, 2) for v in box], class_index=index, class_name=_name(out.class_names, index) or name,
+        rank=j, box=[round(v, 2) for v in box], class_index=index, class_name=class_name(out.class_names, index) or name,
         candidate_box=None if where is None else [round(v, 2) for v in where],
         candidate_score=None if candidate is None else round(candidate.score, 6),
         candidate_iou=None if candidate is None else round(candidate.iou, 6),

@@ -9,6 +9,7 @@ any JSON reader accepts.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -23,6 +24,11 @@ def utf8(text: str) -> str:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def class_name(names: Sequence[str] | None, index: int | None) -> str | None:
+    """A class's name, when the model has names and the index is one of them (None: no class)."""
+    return names[index] if names and index is not None and 0 <= index < len(names) else None
 
 
 def _utf8_fields(record: Any, names: tuple[str, ...]) -> None:

@@ -20,7 +20,7 @@ from gradcam_cli.outputs.detection_files import write_detections
 from gradcam_cli.outputs.files import Folders, with_text, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.provenance import STAMP_KEY, Provenance, making
-from gradcam_cli.outputs.records import ImageRecord, TargetRecord
+from gradcam_cli.outputs.records import ImageRecord, TargetRecord, class_name
 from gradcam_cli.outputs.legend import display_scale
 from gradcam_cli.outputs.picture import caption_text, draw
 from gradcam_cli.outputs.render import encode_npy, encode_png, guided_photo, photo_maps
@@ -35,11 +35,6 @@ if TYPE_CHECKING:
     from gradcam_cli.maps import CamBatch
 
 TOPK_IN_RECORD = 5
-
-
-def class_name(names: Sequence[str] | None, index: int) -> str | None:
-    """A class's name, when the model has names and the index is one of them."""
-    return names[index] if names and 0 <= index < len(names) else None
 
 
 def image_probabilities(logits: torch.Tensor, kind: TargetKind) -> torch.Tensor | None:

@@ -50,46 +50,42 @@ def _crop(box: list[float], frame: tuple[int, int] | None) -> Crop | None:
     return crop if frame is None or crop_region(crop, frame) is not None else None
 
 
-def _found(found: dict[str, Any], shared: dict[str, Any], picture: str | None, frame: tuple[int, int] | None) -> dict[str, Any]:
+def _object(kind: str, entry: dict[str, Any], shared: dict[str, Any], picture: str | None, frame: tuple[int, int] | None) -> dict[str, Any]:
+    """What a detection's card and a missed object's card both hold: where, what, and how its map lies."""
     return {
         **shared,
-        "kind": "detection",
-        "rank": found.get("rank"),
-        "class_index": found.get("class_index"),
-        "class_name": found.get("class_name"),
+        "kind": kind,
+        "rank": entry.get("rank"),
+        "class_index": entry.get("class_index"),
+        "class_name": entry.get("class_name"),
+        "box": entry["box"],
+        "blank": bool(entry.get("blank")),
+        "energy_in_box": entry.get("energy_in_box"),
+        "peak_in_box": entry.get("peak_in_box"),
+        "own_overlay": bool(entry.get("overlay")),
+        "_overlay": entry.get("overlay") or picture,
+        "_crop": _crop(entry["box"], frame),
+    }
+
+
+def _found(found: dict[str, Any], shared: dict[str, Any], picture: str | None, frame: tuple[int, int] | None) -> dict[str, Any]:
+    return {
+        **_object("detection", found, shared, picture, frame),
         "score": found["score"],
-        "box": found["box"],
-        "blank": bool(found.get("blank")),
-        "energy_in_box": found.get("energy_in_box"),
-        "peak_in_box": found.get("peak_in_box"),
         "match": found.get("match"),
         "iou": found.get("iou"),
-        "own_overlay": bool(found.get("overlay")),
-        "_overlay": found.get("overlay") or picture,
-        "_crop": _crop(found["box"], frame),
     }
 
 
 def _missed(lost: dict[str, Any], shared: dict[str, Any], picture: str | None, frame: tuple[int, int] | None) -> dict[str, Any]:
     return {
-        **shared,
-        "kind": "missed",
-        "rank": lost.get("rank"),
-        "class_index": lost.get("class_index"),
-        "class_name": lost.get("class_name"),
+        **_object("missed", lost, shared, picture, frame),
         "score": None,
-        "box": lost["box"],
-        "blank": bool(lost.get("blank")),
-        "energy_in_box": lost.get("energy_in_box"),
-        "peak_in_box": lost.get("peak_in_box"),
         "match": "fn",
         "iou": None,
         "candidate_box": lost.get("candidate_box"),
         "candidate_score": lost.get("candidate_score"),
         "candidate_iou": lost.get("candidate_iou"),
-        "own_overlay": bool(lost.get("overlay")),
-        "_overlay": lost.get("overlay") or picture,
-        "_crop": _crop(lost["box"], frame),
     }
 
 

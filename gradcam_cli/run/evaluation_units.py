@@ -31,7 +31,7 @@ from gradcam_cli.maps import CamBatch
 from gradcam_cli.maps import probabilities as class_probabilities
 from gradcam_cli.outputs.boxes import DrawnBox
 from gradcam_cli.outputs.detection_files import in_box, label_of
-from gradcam_cli.outputs.writer import class_name as name_of
+from gradcam_cli.outputs.records import class_name as name_of
 from gradcam_cli.outputs.writer import topk_entries
 from gradcam_cli.vocab import Metric, Task
 

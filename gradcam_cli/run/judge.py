@@ -12,6 +12,7 @@ boxes: the pipeline hands each batch here when the run has them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -60,18 +61,17 @@ class TruthJudge:
 
     def judge(self, batch: list[tuple[Item, CamBatch, int]]) -> None:
         """Each item's detections replaced by their judgement (in its batch's `found`); missed objects explained."""
-        matched = [(item, cams, row, self._matched(item, cams.found[row], cams.ranks(row))) for item, cams, row in batch if cams.found]
+        matched = [(item, cams, row, self._matched(item, cams.found[row])) for item, cams, row in batch if cams.found]
         judged = [(item, cams, row, verdict) for item, cams, row, verdict in matched if verdict is not None]
         maps = self._missed_maps([(item, verdict) for item, _, _, verdict in judged])
         for (_, cams, row, verdict), missed in zip(judged, maps):
             assert cams.found is not None
-            cams.found[row] = Judged(verdict.detections, verdict.match, verdict.iou, verdict.truth, missed)
+            cams.found[row] = replace(verdict, missed=missed)
 
-    def _matched(self, item: Item, found: object, ranks: list[int]) -> Judged | None:
-        """The kept detections matched to the item's true boxes (no truth for it: None)."""
+    def _matched(self, item: Item, found: object) -> Judged | None:
+        """The kept detections (rank k the k-th, cams/detections.py) matched to the item's true boxes (no truth: None)."""
         if item.truth is None or not isinstance(found, Detections) or item.geometry is None:
             return None
-        found = found.take(torch.tensor(ranks, dtype=torch.long)) if len(ranks) != len(found) else found
         boxes = boxes_to_original(found.boxes, item.geometry) if len(found) else torch.zeros((0, 4))
         truth = [(box.box, box.index, box.name) for box in item.truth]
         labels = [-1 if index is None else index for _, index, _ in truth]
