@@ -7,8 +7,11 @@ other tools; each refuses the same things in the same words.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gradcam_cli.errors import GradcamError, UsageError, cut, printable
@@ -52,3 +55,20 @@ def shown(value: object) -> str:
     except (TypeError, ValueError, RecursionError):
         text = type(value).__name__
     return f"`{cut(printable(text), SHOWN)}`"
+
+
+def csv_rows(text: str, mark: str, hint: str, is_header: Callable[[list[str]], bool]) -> Iterator[tuple[int, list[str]]]:
+    """Each row's line number and its cells stripped: blank rows left out, and the first row when it is a header;
+    text that is not CSV is one UsageError line naming the row."""
+    reader = csv.reader(io.StringIO(text))
+    first = True
+    try:
+        for row in reader:
+            cells = [cell.strip() for cell in row]
+            if not any(cells):
+                continue
+            header, first = first and is_header(cells), False
+            if not header:
+                yield reader.line_num, cells
+    except csv.Error as error:
+        raise UsageError(f"{mark} row {reader.line_num}: not CSV ({error})", hint=hint) from None

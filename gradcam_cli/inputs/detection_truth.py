@@ -22,7 +22,6 @@ when that image is asked for, so a bad box elsewhere in a big file costs no run.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -33,7 +32,7 @@ from typing import Protocol
 from gradcam_cli.errors import UsageError, cut, option, printable
 from gradcam_cli.inputs.paths_table import PathTable
 from gradcam_cli.inputs.truth import Truth, truth_of
-from gradcam_cli.inputs.cells import finite_number, read_text, shown
+from gradcam_cli.inputs.cells import csv_rows, finite_number, read_text, shown
 from gradcam_cli.inputs.yolo_labels import YoloFolder, YoloLine
 from gradcam_cli.values import ClassIndex
 
@@ -270,22 +269,11 @@ def _key(value: object) -> object:
 
 
 def _csv_truth(path: Path, classes: ClassIndex, mark: str) -> DetectionTruth:
-    reader = csv.reader(io.StringIO(read_text(path, mark, ROW_HINT)))
     groups: dict[str, tuple[str, list[WrittenBox]]] = {}  # one image's rows, however its path is spelled, are one entry
-    first = True
-    try:
-        for row in reader:
-            cells = [cell.strip() for cell in row]
-            if not any(cells):
-                continue
-            header, first = first and _is_header(cells), False
-            if header:
-                continue
-            written, box = _csv_row(mark, reader.line_num, cells, classes)
-            boxes = groups.setdefault(os.path.normpath(written), (written, []))[1]
-            boxes.extend([box] if box is not None else [])
-    except csv.Error as error:
-        raise UsageError(f"{mark} row {reader.line_num}: not CSV ({error})", hint=ROW_HINT) from None
+    for number, cells in csv_rows(read_text(path, mark, ROW_HINT), mark, ROW_HINT, _is_header):
+        written, box = _csv_row(mark, number, cells, classes)
+        boxes = groups.setdefault(os.path.normpath(written), (written, []))[1]
+        boxes.extend([box] if box is not None else [])
     if not groups:
         raise UsageError(f"{mark} has no rows", hint=ROW_HINT)
     table = _table(path, groups.values())

@@ -27,8 +27,6 @@ outside the picture, a mask of another size) are notices, and the rest counts.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import math
 import os
@@ -40,7 +38,7 @@ from typing import Protocol
 import numpy as np
 
 from gradcam_cli.errors import GradcamError, UsageError, cut, one_line, option, printable
-from gradcam_cli.inputs.cells import SHOWN, finite_number, read_text, shown
+from gradcam_cli.inputs.cells import SHOWN, csv_rows, finite_number, read_text, shown
 from gradcam_cli.inputs.decode import open_regular
 from gradcam_cli.inputs.paths_table import PathTable
 
@@ -132,22 +130,10 @@ def _is_header(cells: Sequence[str]) -> bool:
 
 
 def _csv_entries(spec: Path, mark: str, text: str) -> list[tuple[str, list[Region]]]:
-    reader = csv.reader(io.StringIO(text))
-    entries: list[tuple[str, list[Region]]] = []
-    first = True
-    try:
-        for row in reader:
-            cells = [cell.strip() for cell in row]
-            if not any(cells):
-                continue
-            if first and _is_header(cells):
-                first = False
-                continue
-            first = False
-            entries.append((cells[0], [_csv_region(spec, f"{mark} row {reader.line_num}", reader.line_num, cells)]))
-    except csv.Error as error:
-        raise UsageError(f"{mark} row {reader.line_num}: not CSV ({error})", hint=ROW_HINT) from None
-    return entries
+    return [
+        (cells[0], [_csv_region(spec, f"{mark} row {number}", number, cells)])
+        for number, cells in csv_rows(text, mark, ROW_HINT, _is_header)
+    ]
 
 
 def _csv_region(spec: Path, mark: str, number: int, cells: list[str]) -> Region:
