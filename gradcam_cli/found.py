@@ -1,14 +1,17 @@
-"""What a task found in an image, as results carry it to the writers: a detector's boxes, and their judgement.
+"""What a task found in an image, as results carry it to the writers: a detector's boxes and their judgement, a
+segmenter's regions.
 
 A leaf (torch only): the detector families (model/) read their outputs into
 `Detections`, the detection targets (cams/) pick from them, the judge (run/)
 matches them to the truth, and the writers (outputs/) draw them, all without
-importing each other.
+importing each other; a segmenter's targets (cams/segments.py) say its
+`Segments` for its writer (outputs/segment_files.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -66,3 +69,32 @@ class Judged:
 
     def cpu(self) -> Judged:
         return self
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One region a segmenter's map explains: the class whose score is summed over it, and where it came from."""
+
+    class_index: int
+    kind: str  # predicted (where the model says the class), box (⟨region⟩), mask (⟨mask⟩), truth, or missed
+    region: torch.Tensor  # (H, W) bool in the input's pixels
+    score: float  # the class's score summed over the region: what the map explains
+    mean_probability: float  # the class's mean probability over the region
+
+
+@dataclass(frozen=True)
+class Segments:
+    """One image's explained regions (rank k is `segments[k]`), the class the model gives each input pixel (-1: none,
+    a binary segmenter's background), and the image's true mask in the photo's pixels (-1 ignored) when given."""
+
+    segments: list[Segment]
+    labels: torch.Tensor  # (H, W) int in the input's pixels
+    truth: Any = None  # numpy (h, w) int in the photo's pixels, or None
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+    def cpu(self) -> Segments:
+        """On the CPU, for the writer threads."""
+        moved = [Segment(s.class_index, s.kind, s.region.cpu(), s.score, s.mean_probability) for s in self.segments]
+        return Segments(moved, self.labels.cpu(), self.truth)

@@ -164,3 +164,37 @@ def _inside_photo(cam: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     rows, cols = geometry.resized_hw
     y0, x0 = max(0, -top), max(0, -left)
     return cam[..., y0 : y0 + rows, x0 : x0 + cols]
+
+
+def input_centres(geometry: Geometry) -> tuple[np.ndarray, np.ndarray]:
+    """Where each input column's and row's centre lies in the photo's pixels (x, y)."""
+    x0, y0, x1, y1 = geometry.box
+    in_h, in_w = geometry.input_hw
+    return x0 + (np.arange(in_w) + 0.5) * (x1 - x0) / in_w, y0 + (np.arange(in_h) + 0.5) * (y1 - y0) / in_h
+
+
+def labels_to_input(values: np.ndarray, geometry: Geometry, fill: int) -> np.ndarray:
+    """A per-pixel map of the photo (class labels, a mask) at each input pixel: the photo pixel under its centre (the
+    nearest, so labels never blend); `fill` where the input shows no photo (a letterbox's padding)."""
+    xs, ys = input_centres(geometry)
+    return _sampled(values, np.floor(xs).astype(np.int64), np.floor(ys).astype(np.int64), fill)
+
+
+def labels_to_original(values: np.ndarray, geometry: Geometry, fill: int) -> np.ndarray:
+    """A per-pixel map of the input (a segmenter's labels, a region) on the photo: the input pixel under each photo
+    pixel's centre (the nearest); `fill` where the input does not reach (outside a crop)."""
+    height, width = geometry.original_hw
+    x0, y0, x1, y1 = geometry.box
+    in_h, in_w = geometry.input_hw
+    cols = np.floor((np.arange(width) + 0.5 - x0) * in_w / (x1 - x0)).astype(np.int64)
+    rows = np.floor((np.arange(height) + 0.5 - y0) * in_h / (y1 - y0)).astype(np.int64)
+    return _sampled(values, cols, rows, fill)
+
+
+def _sampled(values: np.ndarray, cols: np.ndarray, rows: np.ndarray, fill: int) -> np.ndarray:
+    """values[rows, cols] on the grid they make, `fill` where a row or column falls outside."""
+    height, width = values.shape[-2:]
+    in_rows, in_cols = (rows >= 0) & (rows < height), (cols >= 0) & (cols < width)
+    out = np.full((len(rows), len(cols)), fill, dtype=values.dtype)
+    out[np.ix_(in_rows, in_cols)] = values[np.ix_(rows[in_rows], cols[in_cols])]
+    return out

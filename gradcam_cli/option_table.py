@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gradcam_cli.errors import spelled
-from gradcam_cli.values import parse_channels, parse_class, parse_grid, parse_input_size, parse_kwarg, parse_shard
+from gradcam_cli.values import parse_channels, parse_class, parse_grid, parse_input_size, parse_kwarg, parse_region, parse_shard
 from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, Task, values
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
@@ -177,15 +177,28 @@ OPTIONS: tuple[Option, ...] = (
            help="Explain value N of a regression output (its raw value, no probability).",
            doc="a regression model: explain output value N, the score as it is (no softmax, no probability)"),
     Option(name="task", flags=("--task",), kind=Task, default=None, group="target",
-           help="What the model does: classify or detect (default: found from the model's output).",
-           doc="what the model does, `classify` or `detect`; found from the model (a torchvision detector returns "
-               "boxes), so this only checks: a model that does the other is one line"),
+           help="What the model does: classify, detect or segment (default: found from the model's output).",
+           doc="what the model does, `classify`, `detect` or `segment`; found from the model (a torchvision detector returns "
+               "boxes, a segmenter a score map per class, (N, C, H, W)), so this only checks: a model that does another is one line"),
     Option(name="score_threshold", flags=("--score-threshold",), kind=float, default=None, group="target", metavar="S",
            minimum=0, maximum=1, help="Detectors: explain the detections scoring at least S (default 0.5).",
            doc="a detector: explain each detection whose score is at least `S` (default 0.5)"),
     Option(name="max_detections", flags=("--max-detections",), kind=int, default=None, group="target", metavar="N", minimum=1,
            help="Detectors: at most N detections per image, highest scores first (default 20).",
            doc="a detector: at most `N` detections explained per image, the highest scores first (default 20)"),
+    Option(name="min_area", flags=("--min-area",), kind=float, default=None, group="target", metavar="F", minimum=0, maximum=1,
+           help="Segmenters: explain each class covering at least this share of the image (default 0.005).",
+           doc="a segmenter: explain every class whose predicted region covers at least this share of the image (of `--region` "
+               "or `--mask` when given), and each missed region of at least this share (default 0.005, half a percent)"),
+    Option(name="region", flags=("--region",), kind=str, default=None, group="target", metavar="WHERE", convert=parse_region,
+           help="Segmenters: sum each class's score over predicted (default), truth, or a box x1,y1,x2,y2 in the photo's pixels.",
+           doc="a segmenter: the region each class's score is summed over: `predicted` (default: where the model says the class), "
+               "`truth` (the class's true mask, with `--truth`), or a box `x1,y1,x2,y2` in the photo's pixels, which explains "
+               "the classes predicted in it"),
+    Option(name="mask", flags=("--mask",), kind=Path, default=None, group="target", metavar="FILE", path=True,
+           help="Segmenters: sum each class's score over this mask (a PNG of the image's size; nonzero pixels are the region).",
+           doc="a segmenter: a PNG of the image's size whose nonzero pixels are the region each class's score is summed over "
+               "(the same file for every input; an image of another size is its error, one line)"),
     Option(name="crop", flags=("--crop/--whole",), kind=bool, default=False, group="inputs",
            help="Use the model's centre crop (the map covers only that part), or the whole image (default).",
            doc="`--whole` (default): the whole image is resized to the model's input size, so the map covers every pixel. "
@@ -206,9 +219,10 @@ OPTIONS: tuple[Option, ...] = (
                "of the map (the `--colormap` from `low 0` to `1 high`; with `--norm none` the map's raw minimum and "
                "maximum), sized from the picture (Pillow's scalable default font, nothing to install)"),
     Option(name="each", flags=("--each",), kind=bool, default=False, group="outputs",
-           help="Detectors: also one overlay per detection (NAME.EXT.METHOD.detN.png) with its box only.",
+           help="Detectors and segmenters: also one overlay per detection or region (NAME.EXT.METHOD.detN.png, .segN.png).",
            doc="a detector: besides the picture of every kept box, one overlay per detection, `NAME.EXT.METHOD.detN.png`, "
-               "its whole map with only its box drawn"),
+               "its whole map with only its box drawn; a segmenter: one per explained region, `.segN.png` (`.missN.png` for a "
+               "missed region), its whole map with only its region outlined"),
     Option(name="save_raw", flags=("--save-raw",), kind=bool, default=False, group="outputs",
            help="Also write the float32 map at the image's size as .npy (in [0,1] unless --norm none).",
            doc="also write the float32 map at the image's resolution as `.npy` (in [0, 1] unless `--norm none`)"),
@@ -249,14 +263,17 @@ OPTIONS: tuple[Option, ...] = (
                "with one line before replacing one"),
     Option(name="truth", flags=("--truth",), kind=Path, default=None, group="inputs", metavar="FILE", path=True,
            help="Ground truth: `path,class` rows (classifiers); COCO JSON, a folder of YOLO labels or `path,class,x1,y1,x2,y2` "
-                "rows (detectors). Without it, an image's folder named after a class (val/<class>/x.jpg) is its truth.",
+                "rows (detectors); a folder of mask PNGs (segmenters). Without it, an image's folder named after a class "
+                "(val/<class>/x.jpg) is its truth.",
            doc="ground truth. A classifier's: a CSV file of `path,class` rows (class by name or index; relative paths from "
                "the file's folder or the current one; a bare file name matches when unique); without it, an image in a "
                "folder named after one of the model's classes (`val/<class name>/img.jpg`, the ImageFolder layout; ImageNet's "
                "`n01440764` ids too) has that class as its truth, and records carry `true_class`, `true_index` and "
                "`correct`. A detector's: COCO JSON (`instances_*.json`), a folder of YOLO `.txt` labels, or a CSV of "
                "`path,class,x1,y1,x2,y2` rows; each detection is then `tp` or `fp` and each missed object is explained "
-               "(see [Detectors](#detectors))"),
+               "(see [Detectors](#detectors)). A segmenter's: a folder of mask PNGs, one per image (a class index per pixel, "
+               "255 ignored) or one folder per class of binary masks; records then carry each class's IoU and Dice, and each "
+               "missed region is explained (see [Segmentation](#segmentation))"),
     Option(name="iou", flags=("--iou",), kind=float, default=0.5, group="inputs", metavar="T", minimum=0, maximum=1,
            help="Detectors with --truth: the IoU a detection needs with a true box of its class to match it (default 0.5).",
            doc="a detector with `--truth`: the IoU a detection needs with a true box of its class to be a true positive "

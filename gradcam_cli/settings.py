@@ -68,6 +68,9 @@ class TargetSettings:
     task: Task | None = None  # classify or detect; None: what the model's output says
     score_threshold: float | None = None  # a detector's: None: cams/detections.DEFAULT_SCORE_THRESHOLD
     max_detections: int | None = None  # a detector's: None: cams/detections.DEFAULT_MAX_DETECTIONS
+    min_area: float | None = None  # a segmenter's: None: cams/segments.DEFAULT_MIN_AREA
+    region: str | tuple[float, float, float, float] | None = None  # a segmenter's: predicted (None), truth, or a box
+    mask: Path | None = None  # a segmenter's: a PNG whose nonzero pixels are the region
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +101,7 @@ class OutputSettings:
     caption: bool = False
     save_raw: bool = False
     save_guided: bool = False
-    each: bool = False  # a detector: one overlay per detection too
+    each: bool = False  # a detector or segmenter: one overlay per detection or region too
     skip_existing: bool = False
     replace: bool = False  # write over outputs another run (other model, weights, method, layers, style) made
     report: bool = False

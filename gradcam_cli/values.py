@@ -67,6 +67,27 @@ def parse_grid(text: str) -> tuple[int, int]:
     return sizes[0], sizes[1]
 
 
+REGION_WORDS = ("predicted", "truth")
+
+
+def parse_region(text: str) -> str | tuple[float, float, float, float]:
+    """`predicted`, `truth` or `x1,y1,x2,y2` (the photo's pixels) → the region a segmenter's class score is summed over."""
+    word = text.strip().lower()
+    if word in REGION_WORDS:
+        return word
+    accepted = "give predicted, truth, or a box x1,y1,x2,y2 in the photo's pixels"
+    try:
+        corners = [float(part) for part in re.split(r"\s*,\s*|\s+", word) if part]
+    except ValueError:
+        corners = []
+    if len(corners) != 4 or not all(math.isfinite(v) for v in corners):
+        raise UsageError(f"{mark('region', text)} is not a region; {accepted}")
+    x1, y1, x2, y2 = corners
+    if x2 <= x1 or y2 <= y1 or min(corners) < 0:
+        raise UsageError(f"{mark('region', text)}: a box needs 0 <= x1 < x2 and 0 <= y1 < y2 (the photo's pixels); {accepted}")
+    return x1, y1, x2, y2
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """`0/4` → (0, 4): this process's share of the inputs, 0-based, out of N processes."""
     accepted = "give I/N with 0 <= I < N (this process's share, 0-based: 0/4 ... 3/4)"

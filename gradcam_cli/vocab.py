@@ -107,10 +107,11 @@ class Combine(str, Enum):
 
 
 class Task(str, Enum):
-    """What the model does, and so what a map explains: a class of the image, or one detected object."""
+    """What the model does, and so what a map explains: a class of the image, one detected object, or a class's region."""
 
     classify = "classify"
     detect = "detect"
+    segment = "segment"
 
 
 class Colormap(str, Enum):
@@ -211,3 +212,4 @@ class TargetKind(str, Enum):
     multilabel = "multilabel"  # independent labels: each logit's sigmoid
     regression = "regression"  # a raw output value: no probability
     detection = "detection"  # one detected object: its own class score, as the detector scores it
+    segment = "segment"  # one class's region of a segmentation: the class's score summed over the region

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("tensors and pixels", {"layout", "geometry", "maps"}),
     ("layers", {"layers", "layers.*"}),
     ("extraction", {"extract", "extract.*"}),
-    ("methods", {"cams", "cams.targets", "cams.detections", "cams.methods", "cams.methods.*"}),
+    ("methods", {"cams", "cams.targets", "cams.detections", "cams.segments", "cams.methods", "cams.methods.*"}),
     ("maps from tensors", {"cams.augment", "cams.engine"}),
     ("evaluation", {"evaluate", "evaluate.*"}),
     ("a prepared run", {"run.tasks", "run.prepare"}),
@@ -147,7 +147,8 @@ def test_imports_only_point_down_the_layers() -> None:
 # cams.methods.base is there for the method names in output file names (until they come from vocab); timings for
 # the stamp of the first picture written.
 FILES_MAY_IMPORT = {
-    "errors", "vocab", "values", "option_table", "settings", "geometry", "maps", "layout", "cams.methods.base", "timings", "found"
+    "errors", "vocab", "values", "option_table", "settings", "geometry", "maps", "layout", "cams.methods.base", "timings", "found",
+    "evaluate.overlap",  # the overlap figures (IoU, Dice) a segmenter's records say and eval measures: numpy only
 }  # fmt: skip
 
 

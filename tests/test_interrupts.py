@@ -118,11 +118,11 @@ def test_out_of_memory_splits_the_batch_and_gives_the_same_files(run_cli, tmp_pa
     compute = Explainer.compute
     sizes = []
 
-    def small_device(self, x):
+    def small_device(self, x, *items):
         sizes.append(int(x.shape[0]))
         if x.shape[0] > 2:
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return compute(self, x)
+        return compute(self, x, *items)
 
     monkeypatch.setattr(Explainer, "compute", small_device)
     result = run_cli("explain", folder, "--model", "test_resnet", "--no-pretrained", "-b", "8", "-o", tmp_path / "b", "--json")
@@ -137,7 +137,7 @@ def test_out_of_memory_splits_the_batch_and_gives_the_same_files(run_cli, tmp_pa
 def test_an_image_that_never_fits_gets_an_error_record(run_cli, tmp_path, monkeypatch) -> None:
     from gradcam_cli.run.pipeline import Explainer
 
-    def no_memory(self, x):
+    def no_memory(self, x, *items):
         raise RuntimeError("CUDA error: out of memory")
 
     monkeypatch.setattr(Explainer, "compute", no_memory)

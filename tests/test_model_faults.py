@@ -103,9 +103,9 @@ def _compute_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     sizes: list[int] = []
     compute = Explainer.compute
 
-    def counted(self, x):
+    def counted(self, x, *items):
         sizes.append(int(x.shape[0]))
-        return compute(self, x)
+        return compute(self, x, *items)
 
     monkeypatch.setattr(Explainer, "compute", counted)
     return sizes

@@ -12,7 +12,7 @@ forward and one batched backward give every detection of the batch its map.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +50,9 @@ class DetectionTargets:
 
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         return self.family.explaining(model)
+
+    def for_images(self, images: Sequence[Any]) -> DetectionTargets:
+        return self  # a detector's truth is judged after its maps (run/judge.py)
 
     def perturbed(
         self, reading: Reading, rank: int, model: nn.Module
@@ -121,6 +124,9 @@ class MissedTargets:
         return max((len(lost) for lost in self.lost), default=0)
 
     batched = False  # as DetectionTargets
+
+    def for_images(self, images: Sequence[Any]) -> MissedTargets:
+        return self
 
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         stack = contextlib.ExitStack()

@@ -6,7 +6,7 @@ import contextlib
 import difflib
 from dataclasses import dataclass
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from gradcam_cli.errors import LayerError, UsageError
 from gradcam_cli.model.state import first_tensor
@@ -15,6 +15,7 @@ from gradcam_cli.values import ClassIndex, class_index, normalised
 import torch
 from torch import nn
 
+_Same = TypeVar("_Same", bound="ClassTargets")
 DEFAULT_THRESHOLD = 0.5  # ⟨multilabel⟩'s labels: a sigmoid of at least this (the option table's doc says it)
 
 
@@ -42,6 +43,10 @@ class Targets(Protocol):
         """The most ranks one image can have."""
 
     def read(self, output: Any, model_name: str = "the model") -> Reading: ...
+
+    def for_images(self, images: Sequence[Any]) -> Targets:
+        """These targets for one batch, told what each image brings before the model runs (a segmenter's named region
+        and true mask, cams/segments.py); the others need nothing and are the same."""
 
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         """How the model forwards while these targets are read (a detector's missed objects: every candidate)."""
@@ -80,6 +85,9 @@ class ClassTargets:
 
     def read(self, output: Any, model_name: str = "the model") -> Reading:
         return read_classes(self, output, model_name)
+
+    def for_images(self: _Same, images: Sequence[Any]) -> _Same:
+        return self
 
     def forwarding(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()

@@ -88,6 +88,8 @@ def _explained(record: Any) -> str:
     kind = str(record.target or "")
     if record.detections is not None:
         return _detected(record)
+    if record.segments is not None:
+        return _segmented(record)
     if kind.startswith("regression"):
         return f"output {record.class_index} = {record.score:.4g}"
     if kind.startswith("multilabel"):
@@ -107,6 +109,19 @@ def _detected(record: Any) -> str:
     words = f"{len(found)} detection{'s' * (len(found) != 1)}" + (": " + ", ".join(found) if found else "")
     missed = [str(m.class_name or m.class_index) for m in record.missed or []]
     return words + ("; missed: " + ", ".join(missed) if missed else "")
+
+
+def _segmented(record: Any) -> str:
+    """A segmenter's image: `2 regions: cat 12.5% p=0.91 (IoU 0.84), dog 3.1% p=0.77; missed: dog 1.2%`."""
+
+    def words(s: Any) -> str:
+        iou = f" (IoU {s.iou:.2f})" if s.iou is not None else ""
+        return f"{s.class_name or f'class {s.class_index}'} {100 * s.area_fraction:.1f}% p={s.mean_probability:.2f}{iou}"
+
+    found = [words(s) for s in record.segments if s.region != "missed"]
+    missed = [f"{s.class_name or f'class {s.class_index}'} {100 * s.area_fraction:.1f}%" for s in record.segments if s.region == "missed"]
+    said = f"{len(found)} region{'s' * (len(found) != 1)}" + (": " + ", ".join(found) if found else "")
+    return said + ("; missed: " + ", ".join(missed) if missed else "")
 
 
 def _class_words(index: int, name: str | None, probability: float | None) -> str:

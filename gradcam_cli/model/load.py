@@ -23,6 +23,7 @@ from gradcam_cli.model.downloads import build_error, hub_offline, library_noise_
 from gradcam_cli.model.hub import ModelSource, source_for
 from gradcam_cli.model.labels import read_labels
 from gradcam_cli.model.outputs import probed_output, scores_view
+from gradcam_cli.model.segmenters import Segmenter, segmenter_of
 from gradcam_cli.model.unfilled import built_unfilled
 from gradcam_cli.timings import stamp
 
@@ -47,15 +48,23 @@ class LoadedModel:
     notices: list[str]  # what the run says once it starts (a guessed data config)
     output: str | None  # where in the forward's result the class scores are (None: the result is them)
     detector: DetectorFamily | None = None  # a detector's family (model/detectors.py): how its boxes are read
+    segmenter: Segmenter | None = None  # a segmenter (model/segmenters.py): its output is a score map per class
 
     @property
     def num_classes(self) -> int | None:
         return len(self.class_names) if self.class_names else None
 
     @property
+    def head_outputs(self) -> int | None:
+        """The classes the model can be asked about: a classifier's outputs, a detector's head's, a segmenter's channels."""
+        return self.segmenter.classes if self.segmenter is not None else head_classes(self.model, self.detector)
+
+    @property
     def found_task(self) -> str:
-        """What the model does, as its output says: "detect" (boxes) or "classify" (class scores)."""
-        return "detect" if self.detector is not None else "classify"
+        """What the model does, as its output says: "detect" (boxes), "segment" (a score map per class) or "classify"."""
+        if self.detector is not None:
+            return "detect"
+        return "segment" if self.segmenter is not None else "classify"
 
 
 def num_outputs(model: nn.Module) -> int | None:
@@ -172,16 +181,25 @@ def load_model(
         load_checkpoint(model, state, weights)
         stamp("weights")
     model.eval()
-    outputs = head_classes(model, family)
-    if label_names is not None and outputs is not None and len(label_names) != outputs:
-        raise UsageError(f"⟨labels={labels}⟩ names {len(label_names)} classes but the model has {outputs} outputs")
-    names = label_names or (source.class_names(model, arch, outputs) if outputs else None)
     config = replace(family.data_config(model) if family else source.data_config(model, arch), **dict(preprocessing or {}))
     if family is not None:  # boxes, not class scores: the detection task reads them (no view, no probe of scores)
+        names = _class_names(source, model, arch, head_classes(model, family), label_names, labels)
         return LoadedModel(model, name.strip(), source, arch, config, names, None, notices, None, family)
     model = scores_view(model, output)
-    found = probed_output(model, config.input_hw)
+    found, shape = probed_output(model, config.input_hw)
+    segmenter = segmenter_of(shape)  # scores (N, C, H, W): a segmenter, its classes its output's channels
+    outputs = segmenter.classes if segmenter is not None else head_classes(model, None)
+    names = _class_names(source, model, arch, outputs, label_names, labels)
     guessed = source.data_config_notice(arch, frozenset(preprocessing or {}))
     notices += [guessed] if guessed else []
     prefix = num_prefix_tokens(model, source, arch)
-    return LoadedModel(model, name.strip(), source, arch, config, names, prefix, notices, found)
+    return LoadedModel(model, name.strip(), source, arch, config, names, prefix, notices, found, segmenter=segmenter)
+
+
+def _class_names(
+    source: ModelSource, model: nn.Module, arch: str, outputs: int | None, label_names: list[str] | None, labels: Path | None
+) -> list[str] | None:
+    """The ⟨labels⟩ file's names (as many as the model has classes), else the hub's."""
+    if label_names is not None and outputs is not None and len(label_names) != outputs:
+        raise UsageError(f"⟨labels={labels}⟩ names {len(label_names)} classes but the model has {outputs} outputs")
+    return label_names or (source.class_names(model, arch, outputs) if outputs else None)

@@ -107,16 +107,28 @@ def _picked_forward(self: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
     return scores[:, None] if scores.dim() == 1 else scores
 
 
+MAP_FRACTION = 8  # a segmenter's scores: at least 1/8 of the input each way (transformers' SegFormer gives 1/4)
+
+
+def is_score_map(shape: tuple[int, ...], input_hw: tuple[int, int]) -> bool:
+    """Whether scores of this shape are a segmenter's, a score per class and pixel: (N, C, h, w) covering the image at
+    1/8 of the input's resolution or finer (a feature map of a few cells is no segmentation)."""
+    return len(shape) == 4 and shape[-2] * MAP_FRACTION >= input_hw[0] and shape[-1] * MAP_FRACTION >= input_hw[1]
+
+
 def _returns_tensor(model: nn.Module) -> bool:
-    """timm's and torchvision's classifiers return their logits in eval mode; any other model gets the view."""
-    return type(model).__module__.startswith(("timm.", "torchvision.models"))
+    """timm's and torchvision's classifiers return their logits in eval mode; any other model gets the view
+    (torchvision's segmenters return a dict)."""
+    module = type(model).__module__
+    return module.startswith(("timm.", "torchvision.models")) and not module.startswith("torchvision.models.segmentation")
 
 
-def probed_output(view: nn.Module, input_hw: tuple[int, int]) -> str | None:
-    """One forward of a blank image through the view: the part of the output the scores came from (and a model
-    whose output holds no scores, or whose forward raises, fails here in one line, before any image is read)."""
+def probed_output(view: nn.Module, input_hw: tuple[int, int]) -> tuple[str | None, tuple[int, ...] | None]:
+    """One forward of a blank image through the view: the part of the output the scores came from, and their shape
+    (None: not probed, timm's and torchvision's classifiers). A model whose output holds no scores, class scores
+    (N, classes) or a segmenter's (N, C, H, W), or whose forward raises, fails here in one line, before any image is read."""
     if not getattr(view, "_gradcam_view", False):
-        return None
+        return None, None
     from gradcam_cli.model.state import eval_mode
 
     parameter = next(iter(view.parameters()), None)
@@ -132,12 +144,13 @@ def probed_output(view: nn.Module, input_hw: tuple[int, int]) -> str | None:
             f"⟨model⟩: its forward failed on a blank {h}x{w} image: {fault_line(error)}",
             hint="fix the model's forward, or give the input size it takes with ⟨input_size⟩",
         ) from None
-    if scores.dim() != 2:
+    if scores.dim() != 2 and not is_score_map(tuple(scores.shape), input_hw):
         key = view.__dict__.get("output_key")
         where = f"its {key!r}" if key is not None else "it"
         raise ModelError(
-            f"the model's class scores must be (N, classes); {where} is {tuple(scores.shape)}",
+            f"the model's class scores must be (N, classes); {where} is {tuple(scores.shape)} (a segmenter's score maps, "
+            f"(N, classes, H, W), are at least 1/{MAP_FRACTION} of the input's size each way)",
             hint="name the part that holds them with ⟨output=KEY⟩ or ⟨output=INDEX⟩",
         )
     found = view.__dict__.get("output_key")
-    return None if found is None else str(found)
+    return (None if found is None else str(found)), tuple(int(v) for v in scores.shape)

@@ -72,18 +72,19 @@ class TorchvisionHub:
         """torchvision.models.get_model with the DEFAULT weights, after a check that names close matches."""
         torchvision = import_torchvision()
         models = torchvision.models
-        detectors = list(models.list_models(module=models.detection))
-        names = list(models.list_models(module=models)) + detectors
+        with_backbone = list(models.list_models(module=models.detection)) + list(models.list_models(module=models.segmentation))
+        names = list(models.list_models(module=models)) + with_backbone
         if arch not in names:
             raise UsageError(
-                f"unknown torchvision model '{arch}'{closest(arch, names)}; torchvision's classification and detection "
-                "models are listed by torchvision.models.list_models()"
+                f"unknown torchvision model '{arch}'{closest(arch, names)}; torchvision's classification, detection and "
+                "segmentation models are listed by torchvision.models.list_models()"
             )
         given: dict[str, Any] = dict(kwargs or {})
         if num_classes is not None:
             given["num_classes"] = num_classes
-        if arch in detectors and not pretrained:
-            given.setdefault("weights_backbone", None)  # random weights throughout: no ImageNet backbone is fetched
+        if arch in with_backbone and not pretrained:
+            given.setdefault("weights_backbone", None)  # random weights throughout: no ImageNet backbone is fetched (a
+            # detector's or a segmenter's)
         return models.get_model(arch, weights="DEFAULT" if pretrained else None, **given)
 
     def data_config_notice(self, arch: str, given: frozenset[str]) -> str | None:
@@ -105,6 +106,9 @@ class TorchvisionHub:
             h, w = default_input_hw(model)
             return DataConfig((h, w), IMAGENET_MEAN, IMAGENET_STD)
         t = weights.transforms()
+        if not hasattr(t, "crop_size"):  # a segmenter's: the whole photo at the resize size (its transform keeps the
+            side = int(t.resize_size[0])  # aspect; batches need one size, and a square stretches nothing out of the map)
+            return DataConfig((side, side), tuple(float(v) for v in t.mean), tuple(float(v) for v in t.std))  # type: ignore[arg-type]
         crop = int(t.crop_size[0])
         resize = int(t.resize_size[0])
         built = getattr(model, "image_size", None)

@@ -55,11 +55,11 @@ def draw_boxes(picture: np.ndarray, boxes: list[DrawnBox]) -> np.ndarray:
             _dashed(pen, (x1, y1, x2, y2), colour, line, max(4, round(short * DASH_FRACTION)))
         else:
             pen.rectangle((x1, y1, x2, y2), outline=colour, width=line)
-        _label(pen, face, one_line(drawn.label), (x1, y1, x2, y2), colour, (width, height))
+        label_band(pen, face, one_line(drawn.label), (x1, y1, x2, y2), colour, (width, height))
     return np.asarray(canvas)
 
 
-def _label(
+def label_band(
     pen: object, face: object, text: str, box: tuple[int, int, int, int], colour: tuple[int, int, int], size: tuple[int, int]
 ) -> None:
     """The label on a filled band at the box's top edge: above it, or inside when the picture's top is too near."""

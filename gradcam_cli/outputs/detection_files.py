@@ -77,7 +77,7 @@ def write_detections(
     boxes = boxes_to_original(detections.boxes, geometry).tolist() if len(detections) else []
     records = []
     for k in cams.ranks(row):
-        cam = _on_photo(out, cams.maps[row, k], geometry)
+        cam = on_photo(out, cams.maps[row, k], geometry)
         out.keep_map(f"det{k}", cam)
         index, score = int(detections.labels[k]), float(detections.scores[k])
         box = DrawnBox(tuple(boxes[k]), label_of(out.class_names, index, score), k)
@@ -125,7 +125,7 @@ class Canvas:
         return energy, peak
 
 
-def _on_photo(out: Pictures, cam: torch.Tensor, geometry: Geometry) -> np.ndarray:
+def on_photo(out: Pictures, cam: torch.Tensor, geometry: Geometry) -> np.ndarray:
     """A map at the input's size put back on the photo, in [0, 1] for display."""
     return map_to_original(normalise(cam)[0] if out.raw_norm else cam, geometry)
 
@@ -139,7 +139,7 @@ def _missed(out: Pictures, image: np.ndarray, geometry: Geometry, judged: Judged
     drawn = DrawnBox(box, label, len(judged.detections) + j, dashed=True)
     energy = peak = each = None
     if missed.cam is not None:
-        cam = _on_photo(out, missed.cam, geometry)
+        cam = on_photo(out, missed.cam, geometry)
         out.keep_map(f"miss{j}", cam)
         energy, peak = canvas.add(cam, list(box), drawn)
         each = _write_each(out, image, cam, drawn, detection_path(out.namer, base, f"miss{j}")) if out.each else None

@@ -100,6 +100,45 @@ class MissedRecord:
 
 
 @dataclass(frozen=True)
+class SegmentRecord:
+    """One explained region of a segmenter's image and its map: which class, where, how sure, and where its map lies."""
+
+    rank: int  # its place among the image's regions (the `.segN` of its overlay; a missed region's `.missN`)
+    class_index: int
+    class_name: str | None
+    region: str  # predicted (where the model says the class), box, mask, truth, or missed (truth says it, the model not)
+    area: int  # the region's pixels on the photo
+    area_fraction: float  # its share of the photo
+    score: float  # the class's score summed over the region: what the map explains
+    mean_probability: float  # the class's mean probability in the region
+    blank: bool
+    energy_in_region: float | None = None  # the share of its map's energy inside its region (None: a blank map)
+    iou: float | None = None  # with ⟨truth⟩: the class's IoU, prediction against truth, over the photo
+    dice: float | None = None
+    missed_area: int | None = None  # with ⟨truth⟩: the pixels truth gives the class and the model another
+    overlay: str | None = None  # ⟨each⟩: its own picture
+
+    def __post_init__(self) -> None:
+        _utf8_fields(self, ("class_name", "overlay"))
+
+
+@dataclass(frozen=True)
+class OverlapRecord:
+    """With ⟨truth⟩, one class of a segmenter's image: its prediction against its true mask, over the photo."""
+
+    class_index: int
+    class_name: str | None
+    iou: float | None  # None: neither the truth nor the model gives the class a pixel
+    dice: float | None
+    true_area: int
+    predicted_area: int
+    missed_area: int
+
+    def __post_init__(self) -> None:
+        _utf8_fields(self, ("class_name",))
+
+
+@dataclass(frozen=True)
 class ImageRecord:
     input: str
     ok: bool
@@ -127,6 +166,8 @@ class ImageRecord:
     topk: list[dict[str, Any]] = field(default_factory=list)
     detections: list[DetectionRecord] | None = None  # a detector's kept detections, each with its map (None: a classifier)
     missed: list[MissedRecord] | None = None  # with ⟨truth⟩, a detector's missed true objects, each with its map
+    segments: list[SegmentRecord] | None = None  # a segmenter's explained regions, each with its map (None: another task)
+    overlap: list[OverlapRecord] | None = None  # with ⟨truth⟩, a segmenter's classes against their true masks
     settings: dict[str, Any] = field(default_factory=dict)
     stamp: str | None = None  # the hash of what made the pictures, which each carries (outputs/provenance.py)
 
@@ -148,11 +189,14 @@ class ImageRecord:
         """A record as to_json() wrote it (a Ray actor's, read back by the driver)."""
         data = json.loads(text)
         detections, missed = data.get("detections"), data.get("missed")
+        segments, overlap = data.get("segments"), data.get("overlap")
         return cls(**{
             **data,
             "targets": [TargetRecord(**target) for target in data.get("targets", [])],
             "detections": None if detections is None else [DetectionRecord(**found) for found in detections],
             "missed": None if missed is None else [MissedRecord(**lost) for lost in missed],
+            "segments": None if segments is None else [SegmentRecord(**region) for region in segments],
+            "overlap": None if overlap is None else [OverlapRecord(**one) for one in overlap],
         })  # fmt: skip
 
     def blank_targets(self) -> list[TargetRecord]:
@@ -168,6 +212,13 @@ class ImageRecord:
                 f"blank (no positive evidence at {', '.join(self.layers)}); try another ⟨layers⟩"
                 for d in self.detections
                 if d.blank
+            ]
+        if self.segments is not None:
+            return [
+                f"{self.input}: the map of region {s.rank} ({s.class_name or f'class {s.class_index}'}, {s.region}) is "
+                f"blank (no positive evidence at {', '.join(self.layers)}); try another ⟨layers⟩"
+                for s in self.segments
+                if s.blank
             ]
         return [
             f"{self.input}: the map for class {t.class_index}{f' ({t.class_name})' if t.class_name else ''} is blank "

@@ -16,7 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from gradcam_cli.errors import InputError
+from gradcam_cli.found import Segments
 from gradcam_cli.outputs.detection_files import write_detections
+from gradcam_cli.outputs.segment_files import write_segments
 from gradcam_cli.outputs.files import Folders, with_text, write_atomic
 from gradcam_cli.outputs.naming import OutputNamer
 from gradcam_cli.outputs.provenance import STAMP_KEY, Provenance, making
@@ -139,8 +141,9 @@ class ResultWriter:
         """Write this image's files for every explained class and build its record."""
         if not bool(cams.finite[row]):
             raise InputError("the model's scores or gradients are not finite (NaN or inf) for this image")
-        if cams.found is not None:  # what a task found in the image (a detector's boxes): its own module writes it
-            return write_detections(self, path, image, geometry, cams, row, base)
+        if cams.found is not None:  # what a task found in the image (a detector's boxes, a segmenter's regions): its own
+            write = write_segments if isinstance(cams.found[row], Segments) else write_detections  # module writes it
+            return write(self, path, image, geometry, cams, row, base)
         probabilities = image_probabilities(cams.logits[row], self.kind)
         targets = [self._write_target(path, image, geometry, cams, row, k, base, probabilities) for k in cams.ranks(row)]
         return image_record(str(path), image, targets, probabilities, self.class_names, self.context)

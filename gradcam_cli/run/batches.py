@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePath
+from typing import Any
 
 import numpy as np
 import torch
@@ -38,6 +39,7 @@ class Item:
     array: np.ndarray | None = None
     error: str | None = None
     truth: list[TrueBox] | None = None  # a detector's true boxes in the photo's pixels, with ⟨truth⟩
+    regions: Any = None  # a segmenter's named region and true mask (cams/segments.ImageRegions), when it has one
 
     @property
     def skipped(self) -> bool:
@@ -54,7 +56,7 @@ class Batcher:
 
     def __init__(
         self,
-        compute: Callable[[torch.Tensor], CamBatch],
+        compute: Callable[[torch.Tensor, list[Item]], CamBatch],
         batch_size: int,
         device: torch.device,
         warn: Callable[[str], None],
@@ -88,7 +90,7 @@ class Batcher:
             return
         try:
             arrays = [item.array for item in items if item.array is not None]  # every ready item has its array
-            cams = self.compute(torch.from_numpy(np.stack(arrays))).to_cpu()
+            cams = self.compute(torch.from_numpy(np.stack(arrays)), items).to_cpu()
         except (Exception, SystemExit) as error:  # noqa: BLE001 - out of memory and the model's own faults; ours go up
             if is_out_of_memory(error):
                 free_device_memory(self.device)

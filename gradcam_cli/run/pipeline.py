@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
@@ -43,6 +43,7 @@ from gradcam_cli.timings import stamp
 
 if TYPE_CHECKING:
     from gradcam_cli.run.judge import TruthJudge
+    from gradcam_cli.run.regions import RegionReader
 
 OUTPUT_FATAL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
@@ -65,9 +66,13 @@ class Explainer:
         stamp("ready")
         self.namer = _namer(self.prepared)
         names = self.prepared.loaded.class_names
-        detects = self.prepared.kind is TargetKind.detection  # a detector's truth is boxes, judged per batch (judge.py)
+        kind = self.prepared.kind
+        detects = kind is TargetKind.detection  # a detector's truth is boxes, judged per batch (judge.py)
         self.judge = _judge(self.prepared, settings, self.warn) if detects and settings.inputs.truth else None
-        self.truth = None if detects else load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn)
+        # a segmenter's named region and true masks, read with each image (regions.py)
+        self.regions = _regions(self.prepared, self.warn) if kind is TargetKind.segment else None
+        classifies = kind not in (TargetKind.detection, TargetKind.segment)
+        self.truth = load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn) if classifies else None
         self.summary = Summary()  # the counts of the last run: read them also when it was stopped part way
         self.workers = settings.run.workers or default_workers(self.prepared.device.type)
         one_by_one = self.prepared.method.kind is MethodKind.PERTURBATION  # minutes per image: each written when done
@@ -98,9 +103,12 @@ class Explainer:
     def channels_last(self) -> bool:
         return self.prepared.channels_last
 
-    def compute(self, x: torch.Tensor) -> CamBatch:
-        """The maps of a preprocessed batch, computed as the run does."""
-        cams = self.prepared.compute(x)
+    def compute(self, x: torch.Tensor, items: Sequence[Item] = ()) -> CamBatch:
+        """The maps of a preprocessed batch, computed as the run does; its items say what each image brings (a
+        segmenter's named region and truth)."""
+        regions = [item.regions for item in items]
+        targets = self.prepared.targets.for_images(regions) if any(r is not None for r in regions) else None
+        cams = self.prepared.compute(x, targets)
         stamp("first batch")
         return cams
 
@@ -126,7 +134,7 @@ class Explainer:
 
         def report(record: ImageRecord) -> None:
             nonlocal said_empty
-            if self.judge is not None:  # a detector's truth: which of its entries named no input, said at the end
+            if self.judge is not None or self.regions is not None:  # which truth entries named no input: said at the end
                 seen.append(Path(record.input))
             record = self._told_truth(record)
             summary.count(record)
@@ -161,8 +169,9 @@ class Explainer:
                 report(record)  # type: ignore[arg-type]
             raise
         pool.shutdown(wait=True)
-        if self.judge is not None and (unmatched := self.judge.unmatched_notice(seen)):
-            self.warn(unmatched)
+        for truth in (self.judge, self.regions):
+            if truth is not None and (unmatched := truth.unmatched_notice(seen)):
+                self.warn(unmatched)
         return summary
 
     def _told_truth(self, record: ImageRecord) -> ImageRecord:
@@ -214,6 +223,12 @@ class Explainer:
                 return item
         config = self.prepared.loaded.data_config
         item.geometry = plan_geometry((height, width), config, crop=self.settings.inputs.crop)
+        if self.regions is not None and self.regions.needed:
+            try:
+                item.regions = self.regions.of(source.path, item.geometry)
+            except GradcamError as error:  # a mask of another size, a box outside the image: its error, the others go on
+                item.error = f"{source.path}: {error.spelled(as_flag)}"
+                return item
         item.array = to_input_array(item.image, item.geometry, config)
         return item
 
@@ -273,6 +288,13 @@ def _judge(run: PreparedRun, settings: ExplainSettings, warn: Callable[[str], No
 
     assert settings.inputs.truth is not None
     return TruthJudge(run, settings.inputs.truth, settings.inputs.iou, warn)
+
+
+def _regions(run: PreparedRun, warn: Callable[[str], None]) -> RegionReader:
+    """A segmenter's named region and truth, imported only for such a run."""
+    from gradcam_cli.run.regions import RegionReader
+
+    return RegionReader(run, warn)
 
 
 def model_prints_to_stderr() -> contextlib.AbstractContextManager[object]:

@@ -164,7 +164,7 @@ def prepare_run(
     )
     layers = resolve_layers(loaded.model, list(settings.target.layers) or task.layers(loaded), loaded.name)
     said: list[str] = list(loaded.notices)
-    outputs = model_load.head_classes(loaded.model, loaded.detector)
+    outputs = loaded.head_outputs
     targets = task.targets(settings, loaded, outputs, said.append)
     model = settings.model
     if model.pretrained_said() is False and model.weights is None:  # your code's weights are your code's to say

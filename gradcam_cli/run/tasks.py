@@ -6,8 +6,8 @@ detected objects), how several layers combine by default, what its records call
 the target, and which options do not apply to it (one line each). The engine,
 the batches, resume and the writing ask the task and never branch on it;
 the pictures and records of each task are written by its own module in
-outputs/ (outputs/writer.py, outputs/detection_files.py). Segmentation,
-prompts and references are the next tasks behind it.
+outputs/ (outputs/writer.py, outputs/detection_files.py,
+outputs/segment_files.py). Prompts and references are the next tasks behind it.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from typing import Protocol
 
 from gradcam_cli.cams.detections import DEFAULT_MAX_DETECTIONS, DEFAULT_SCORE_THRESHOLD, DetectionTargets
 from gradcam_cli.cams.methods import CamMethod
+from gradcam_cli.cams.segments import DEFAULT_MIN_AREA, SegmentTargets
 from gradcam_cli.cams.targets import TargetChoice, Targets, parse_class, target_choice
 from gradcam_cli.errors import UsageError
-from gradcam_cli.layers.defaults import default_layer_paths
+from gradcam_cli.layers.defaults import default_layer_paths, segmenter_layer_paths
 from gradcam_cli.model.load import LoadedModel
+from gradcam_cli.model.segmenters import is_background, known_layers
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.vocab import Combine, Method, TargetKind, Task
 
@@ -53,11 +55,9 @@ class ClassifyTask:
     method = Method.gradcam
 
     def check(self, settings: ExplainSettings, method: CamMethod) -> None:
-        target = settings.target
-        given = [name for name in ("score_threshold", "max_detections") if getattr(target, name) is not None]
-        given += ["each"] if settings.outputs.each else []
-        if given:
-            raise UsageError(f"⟨{given[0]}⟩ applies to detectors; this model is a classifier (it returns class scores, not boxes)")
+        _refuse_others(settings, Task.classify)
+        if settings.outputs.each:
+            raise UsageError("⟨each⟩ applies to detectors and segmenters; this model is a classifier (it returns class scores)")
 
     def layers(self, loaded: LoadedModel) -> list[str]:
         return default_layer_paths(loaded.model, loaded.arch, loaded.source, input_hw=loaded.data_config.input_hw)
@@ -100,6 +100,7 @@ class DetectTask:
     method = Method.hirescam
 
     def check(self, settings: ExplainSettings, method: CamMethod) -> None:
+        _refuse_others(settings, Task.detect)
         target, maps = settings.target, settings.maps
         refused = [
             (target.topk > 1, "⟨topk⟩ picks classes of a classifier; a detector's maps are its detections (see ⟨max_detections⟩)"),
@@ -138,9 +139,80 @@ class DetectTask:
         return TargetKind.detection
 
 
-TASKS: dict[Task, RunTask] = {Task.classify: ClassifyTask(), Task.detect: DetectTask()}
+class SegmentTask:
+    """A segmenter: one map per region, the gradient of a class's score summed over it (cams/segments.py)."""
 
-WHAT_IT_DOES = {Task.classify: "a classifier (it returns class scores, not boxes)", Task.detect: "a detector (it returns boxes)"}
+    name = Task.segment
+    combine = Combine.mean
+    method = Method.gradcam  # pytorch-grad-cam's segmentation tutorial's, and the Seg-Grad-CAM paper's
+
+    def check(self, settings: ExplainSettings, method: CamMethod) -> None:
+        _refuse_others(settings, Task.segment)
+        target, maps = settings.target, settings.maps
+        refused = [
+            (target.topk > 1, "⟨topk⟩ picks classes of a classifier; a segmenter explains every class it finds (see ⟨min_area⟩) "
+             "or the ⟨classes⟩ named"),
+            (target.multilabel or target.threshold is not None, "⟨multilabel⟩ and ⟨threshold⟩ are a classifier's; a segmenter "
+             "explains each class's region"),
+            (target.output_index is not None, "⟨output_index⟩ explains a regression output; a segmenter returns a map per class"),
+            (maps.aug_smooth, "⟨aug_smooth⟩ does not apply to segmenters: its mirrored and zoomed views move the regions"),
+            (settings.inputs.crop, "⟨crop⟩ does not apply to segmenters: every pixel of the photo is segmented"),
+            (settings.outputs.save_raw or settings.outputs.save_guided, "⟨save_raw⟩ and ⟨save_guided⟩ do not apply to "
+             "segmenters yet; the Python API's explain() returns each region's map as an array"),
+            (target.region == "truth" and settings.inputs.truth is None, "⟨region=truth⟩ sums each class's score over its "
+             "true mask: give the masks with ⟨truth⟩"),
+            (isinstance(target.region, tuple) and target.mask is not None, "⟨region⟩ and ⟨mask⟩ both name the region; give one"),
+        ]  # fmt: skip
+        for wrong, message in refused:
+            if wrong:
+                raise UsageError(message)
+
+    def layers(self, loaded: LoadedModel) -> list[str]:
+        assert loaded.segmenter is not None
+        known = known_layers(loaded.model)
+        return known or segmenter_layer_paths(loaded.model, loaded.data_config.input_hw, loaded.segmenter.classes)
+
+    def targets(self, settings: ExplainSettings, loaded: LoadedModel, outputs: int | None, warn: Callable[[str], None]) -> Targets:
+        assert loaded.segmenter is not None
+        target, names = settings.target, loaded.class_names
+        classes = tuple(parse_class(value, names) for value in target.classes)
+        count = loaded.segmenter.classes
+        bad = [c for c in classes if not 0 <= c < count]
+        if bad:
+            raise UsageError(f"class index {bad[0]} is out of range; the segmenter has {count} classes (0..{count - 1})")
+        unasked = tuple(i for i, name in enumerate(names or []) if is_background(name) and count > 1)
+        return SegmentTargets(
+            loaded.segmenter, loaded.data_config.input_hw, classes=classes,
+            min_area=DEFAULT_MIN_AREA if target.min_area is None else target.min_area, unasked=unasked,
+            over_truth=target.region == "truth", with_truth=settings.inputs.truth is not None,
+        )  # fmt: skip
+
+    def kind(self, settings: ExplainSettings, targets: Targets, outputs: int | None) -> TargetKind:
+        return TargetKind.segment
+
+
+OWN_OPTIONS = {  # the options only one task takes, and what does that task
+    Task.detect: (("score_threshold", "max_detections"), "detectors"),
+    Task.segment: (("min_area", "region", "mask"), "segmenters"),
+}
+
+
+def _refuse_others(settings: ExplainSettings, task: Task) -> None:
+    """Another task's options, refused in one line: what they apply to, and what this model is."""
+    target = settings.target
+    for other, (names, doers) in OWN_OPTIONS.items():
+        given = [name for name in names if other is not task and getattr(target, name) is not None]
+        if given:
+            raise UsageError(f"⟨{given[0]}⟩ applies to {doers}; this model is {WHAT_IT_DOES[task]}")
+
+
+TASKS: dict[Task, RunTask] = {Task.classify: ClassifyTask(), Task.detect: DetectTask(), Task.segment: SegmentTask()}
+
+WHAT_IT_DOES = {
+    Task.classify: "a classifier (it returns class scores, not boxes)",
+    Task.detect: "a detector (it returns boxes)",
+    Task.segment: "a segmenter (it returns a score map per class)",
+}
 
 
 def task_for(settings: ExplainSettings, loaded: LoadedModel) -> RunTask:

@@ -1,0 +1,83 @@
+"""Segmentation models: one rule finds them, and their output read as a score map per class at the input's size.
+
+A segmenter's forward returns a score per class and pixel, (N, C, h, w):
+torchvision's `{"out": ...}`, transformers' `.logits` (at a quarter of the
+input's size), a plain tensor (segmentation_models_pytorch, a user's U-Net).
+The rule, one for every hub: the scores the output view picks
+(model/outputs.py: `logits`, then `out`, then the first tensor) are four-
+dimensional. C classes read by a softmax; a single channel is a binary
+segmenter, read by a sigmoid. Scores smaller than the input are resized to it
+bilinearly, as transformers' `post_process_semantic_segmentation` does, so
+every region is in the input's pixels and maps back onto the photo exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gradcam_cli.errors import ModelError
+from gradcam_cli.model.outputs import pick_scores
+
+BACKGROUND_NAMES = frozenset({"background", "__background__", "_background_", "bg"})
+
+
+@dataclass(frozen=True)
+class Segmenter:
+    """What a run knows of a segmentation model: its classes (channels of its output)."""
+
+    classes: int
+
+    @property
+    def binary(self) -> bool:
+        """One channel: a foreground logit, read by a sigmoid."""
+        return self.classes == 1
+
+    def scores(self, output: Any, model_name: str, input_hw: tuple[int, int]) -> torch.Tensor:
+        """The forward's result as (N, C, H, W) scores at the input's size, still in the graph."""
+        scores = output if isinstance(output, torch.Tensor) else pick_scores(output)[0]
+        if scores.dim() != 4 or int(scores.shape[1]) != self.classes:
+            raise ModelError(f"{model_name} did not return its segmentation scores (N, {self.classes}, H, W); got {tuple(scores.shape)}")
+        if tuple(scores.shape[-2:]) != tuple(input_hw):
+            scores = F.interpolate(scores, size=input_hw, mode="bilinear", align_corners=False)
+        return scores
+
+    def probabilities(self, scores: torch.Tensor) -> torch.Tensor:
+        """(N, C, H, W) scores → each class's probability per pixel: a softmax, or a binary one's sigmoid."""
+        scores = scores.detach().float()
+        return scores.sigmoid() if self.binary else scores.softmax(dim=1)
+
+    def labels(self, probabilities: torch.Tensor) -> torch.Tensor:
+        """(N, H, W) the class each pixel is given: the most probable; a binary one's 0 where its sigmoid is at least
+        0.5, else -1 (no class: the background)."""
+        if self.binary:
+            return torch.where(probabilities[:, 0] >= 0.5, 0, -1)
+        return probabilities.argmax(dim=1)
+
+
+def segmenter_of(shape: tuple[int, ...] | None) -> Segmenter | None:
+    """The rule: a model whose scores are (N, C, h, w) segments; None for class scores (N, classes)."""
+    if shape is None or len(shape) != 4:
+        return None
+    return Segmenter(int(shape[1]))
+
+
+def is_background(name: str | None) -> bool:
+    """A class named as the background (torchvision's VOC `__background__`): not explained unless asked for."""
+    return name is not None and name.strip().lower() in BACKGROUND_NAMES
+
+
+def known_layers(model: nn.Module) -> list[str] | None:
+    """Where a known family's head reads its features: torchvision's segmentation backbone output (`out`, LR-ASPP's
+    `high`): the layer pytorch-grad-cam's segmentation tutorial explains. None: the probe rule's (layers/defaults.py)."""
+    backbone = getattr(model, "backbone", None)
+    returned = getattr(backbone, "return_layers", None)
+    if not isinstance(returned, dict) or not type(model).__module__.startswith("torchvision.models.segmentation"):
+        return None
+    by_key = {str(value): str(key) for key, value in returned.items()}
+    layer = by_key.get("out") or by_key.get("high")
+    return [f"backbone.{layer}"] if layer else None
