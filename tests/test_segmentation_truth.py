@@ -1,6 +1,7 @@
-"""Segmentation models' ground truth: folders of mask PNGs.
+"""Segmentation models' ground truth (folders of mask PNGs) and the overlap of a predicted label map with it.
 
-Every mask is written here into tmp_path with Pillow; no model runs.
+Every mask is written here into tmp_path with Pillow; no model runs. The
+overlap figures are checked on small arrays whose counts are worked by hand.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import pytest
 from PIL import Image
 
 from gradcam_cli.errors import InputError, UsageError
+from gradcam_cli.evaluate import overlap
+from gradcam_cli.evaluate.overlap import Overlap, class_overlap, missed_region
 from gradcam_cli.inputs import segmentation_truth
 from gradcam_cli.inputs.segmentation_truth import IGNORED, holds_masks, read_segmentation_truth
 
@@ -222,3 +225,34 @@ def test_unmatched_names_every_class_folders_mask_of_an_image_no_input_names(tmp
 def test_a_masks_folder_is_told_from_a_truth_file(tmp_path: Path) -> None:
     (tmp_path / "truth.csv").write_text("a.jpg,cat\n", encoding="utf-8")
     assert holds_masks(tmp_path) and not holds_masks(tmp_path / "truth.csv") and not holds_masks(tmp_path / "nowhere")
+
+
+# ------------------------------------------------------------------ overlap
+
+
+def test_overlap_figures_worked_by_hand() -> None:
+    truth = np.array([[0, 0, 1, 1], [0, 2, 1, 1], [IGNORED, IGNORED, 2, 2]])
+    predicted = np.array([[0, 1, 1, 1], [0, 2, 2, 0], [1, 2, 2, 2]])
+    found = class_overlap(predicted, truth, [0, 1, 2, 3])
+    # class 0: T = 3 pixels, P = 3 (its 4th, at (1,3), where the truth says 1), T ∩ P = 2, T ∪ P = 4
+    assert found[0] == Overlap(iou=2 / 4, dice=4 / 6, true_area=3, predicted_area=3, missed_area=1)
+    # class 1: T = 4, P = 3 (the ignored (2,0) left out), T ∩ P = 2, T ∪ P = 5
+    assert found[1] == Overlap(iou=2 / 5, dice=4 / 7, true_area=4, predicted_area=3, missed_area=2)
+    # class 2: T = 3, P = 4 (the ignored (2,1) left out), T ∩ P = 3, T ∪ P = 4
+    assert found[2] == Overlap(iou=3 / 4, dice=6 / 7, true_area=3, predicted_area=4, missed_area=0)
+    assert found[3] == Overlap(iou=None, dice=None, true_area=0, predicted_area=0, missed_area=0)  # in neither: no figure
+    assert missed_region(predicted, truth, 1).tolist() == [[False] * 4, [False, False, True, True], [False] * 4]
+    assert not missed_region(predicted, truth, 2).any()
+
+
+def test_overlap_of_a_class_only_one_side_has_is_0_and_other_labels_count_for_none() -> None:
+    truth = np.array([[1, 1], [9, IGNORED]])  # 9: a class not asked about
+    predicted = np.array([[-2, 3], [3, 3]])  # -2: a "none" the caller may use
+    found = class_overlap(predicted, truth, (1, 3, 3))
+    assert list(found) == [1, 3]
+    assert found[1] == Overlap(iou=0.0, dice=0.0, true_area=2, predicted_area=0, missed_area=2)
+    assert found[3] == Overlap(iou=0.0, dice=0.0, true_area=0, predicted_area=2, missed_area=0)
+    assert class_overlap(predicted, truth, []) == {}
+    with pytest.raises(ValueError, match="one size"):
+        class_overlap(predicted, truth[:1], [1])
+    assert overlap.IGNORED == segmentation_truth.IGNORED
