@@ -315,7 +315,7 @@ def _paint_mask(union: np.ndarray, path: Path, where: str) -> str | None:
             if image.size != (width, height):
                 size = f"{image.size[0]}x{image.size[1]}"
                 return f"{where}: the mask is {size} but the photo {width}x{height}, left out; save it at the photo's size"
-            pixels = _nonzero(image)
+            pixels = nonzero_pixels(image)
     except GradcamError as error:
         return f"{where}: {one_line(error.message, 200)}, left out"
     except (OSError, ValueError, SyntaxError, UnidentifiedImageError) as error:
@@ -326,8 +326,10 @@ def _paint_mask(union: np.ndarray, path: Path, where: str) -> str | None:
     return None
 
 
-def _nonzero(image: object) -> np.ndarray:
-    """(H,W) bool: the pixels that are not zero; with an alpha channel, a transparent pixel is background."""
+def nonzero_pixels(image: object) -> np.ndarray:
+    """(H,W) bool: the pixels that are not zero; with an alpha channel, a transparent pixel is background.
+
+    The one reading of a binary mask: an object's here, a class's in a segmentation truth's class folders."""
     from PIL import Image
 
     assert isinstance(image, Image.Image)
