@@ -31,11 +31,21 @@ def check_files(settings: ExplainSettings) -> None:
         from gradcam_cli.inputs.truth import truth_rows
         from gradcam_cli.values import ClassIndex
 
-        if holds_boxes(truth):
+        if _holds_masks_only(truth):
+            pass  # a segmenter's masks: read once the model says its classes (run/regions.py)
+        elif holds_boxes(truth):
             read_detection_truth(truth, ClassIndex(None))  # a detector's boxes: a file that is none of its forms, one line now
         else:
             truth_rows(truth)  # no such file, not CSV, a row that is not `path,class`: one line now
     check_output_folder(settings.outputs.output_dir)
+
+
+def _holds_masks_only(truth: Path) -> bool:
+    """A folder of PNGs and no `.txt` labels: a segmenter's masks, not a YOLO label folder."""
+    if not truth.is_dir():
+        return False
+    files = [p.suffix.lower() for _, p in zip(range(10_000), truth.rglob("*")) if p.is_file()]
+    return ".png" in files and ".txt" not in files
 
 
 def check_output_folder(folder: Path) -> None:
