@@ -67,13 +67,14 @@ def _last_spatial_module(model: nn.Module, input_hw: tuple[int, int]) -> str:
 def segmenter_layer_paths(model: nn.Module, input_hw: tuple[int, int], classes: int) -> list[str]:
     """A segmenter's default layer where its family names none: its deepest feature map (the smallest map, the
     outermost module finishing it last, the encoder's bottleneck), as Seg-Grad-CAM explains a U-Net; the score maps
-    themselves (as many channels as classes) do not count."""
+    themselves (as many channels as classes) do not count, unless every map has that many (then the last module, the
+    head, alone is left out)."""
     from gradcam_cli.layers.tree import is_spatial, probe_shapes
 
     calls: dict[str, int] = {}
     shapes = probe_shapes(model, input_hw, calls)
     maps = [(name, shape) for name, shape in shapes.items() if name and is_spatial(shape) and shape[0] == 1 and calls.get(name, 0) == 1]
-    features = [(name, shape) for name, shape in maps if shape[1] != classes]
+    features = [(name, shape) for name, shape in maps if shape[1] != classes] or maps[:-1]
     if not features:
         raise LayerError("no layer of this segmenter outputs a feature map; name one with ⟨layers⟩")
     smallest = min(shape[-2] * shape[-1] for _, shape in features)

@@ -144,7 +144,9 @@ class SegmentTask:
 
     name = Task.segment
     combine = Combine.mean
-    method = Method.gradcam  # pytorch-grad-cam's segmentation tutorial's, and the Seg-Grad-CAM paper's
+    # gradcam pools each channel's gradient over the whole map, so a region's map lights every place its channels fire
+    # (another object of the class, one the region leaves out); hirescam keeps the gradient where the region reads it
+    method = Method.hirescam
 
     def check(self, settings: ExplainSettings, method: CamMethod) -> None:
         _refuse_others(settings, Task.segment)
