@@ -35,6 +35,8 @@ from gradcam_cli.outputs.writer import caption_for, image_probabilities, image_r
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.api_arguments import LayerSpec, as_choice, as_resolved, checked_call, checked_model, class_list, photo_of
 from gradcam_cli.api_detections import detection_explanation
+from gradcam_cli.api_segments import segment_explanation
+from gradcam_cli.found import Segments
 from gradcam_cli.api_results import ClassMap, Explanation
 from gradcam_cli.settings import ExplainSettings, ModelSettings, build_settings
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS
@@ -232,6 +234,7 @@ def explain(
     topk: int = 1,
     score_threshold: float | None = None,
     max_detections: int | None = None,
+    min_area: float | None = None,
     crop: bool = False,
     colormap: str = "jet",
     alpha: float = 0.5,
@@ -256,8 +259,10 @@ def explain(
     `image`: a file path, a PIL image or an (H, W, 3) uint8 RGB array; `model`: what load_model() returned (a name
     is loaded on every call). `layers` None takes the family default; `classes` None explains the top class (or the
     top `topk`), else an index or name, or a list of them: one ClassMap each. A detector's explanation has one
-    ObjectMap per detection scoring at least `score_threshold`, at most `max_detections` (of `classes` if given).
-    `method` and `combine` None take the task's own (gradcam and mean; a detector's hirescam and sum). The other
+    ObjectMap per detection scoring at least `score_threshold`, at most `max_detections` (of `classes` if given); a
+    segmenter's one RegionMap per class covering at least `min_area` of the image (or per class of `classes`).
+    `method` and `combine` None take the task's own (gradcam and mean; a detector's hirescam and sum; a segmenter's
+    hirescam and mean). The other
     options are those of `gradcam explain` (README). The model is left as found: no hook, the same train/eval modes
     and requires_grad.
     """
@@ -269,6 +274,8 @@ def explain(
         run = _prepare(ready, settings, layers)
         geometry = plan_geometry(photo.shape[:2], ready.data_config, crop=settings.inputs.crop)
         cams = _compute(run, to_input_array(photo, geometry, ready.data_config))
+    if cams.found is not None and isinstance(cams.found[0], Segments):
+        return segment_explanation(run, name, photo, geometry, cams)
     if cams.found is not None:
         return detection_explanation(run, name, photo, geometry, cams)
     return _explanation(run, name, photo, geometry, cams)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from PIL import Image
 
 
-class _Kept:
+class Kept:
     """The pictures and maps a detector's image would write, kept in memory by name."""
 
     def __init__(self, run: PreparedRun, context: dict[str, Any]) -> None:
@@ -56,7 +56,7 @@ def detection_explanation(run: PreparedRun, name: str, photo: np.ndarray, geomet
     """The image's detections (and with truth its misses), each with its map and overlay, and the picture of all."""
     context = run.record_context()
     context["stamp"] = stamp_for(context)
-    kept = _Kept(run, context)
+    kept = Kept(run, context)
     base = PurePath(Path(name).name or "image")
     record = write_detections(kept, Path(name), photo, geometry, cams, 0, base)
     picture = kept.pictures[kept.namer.paths(base, None, False)[0].name]
@@ -71,7 +71,7 @@ def detection_explanation(run: PreparedRun, name: str, photo: np.ndarray, geomet
     return Explanation((), bare, image, geometry, detections=detections, missed=missed, picture=picture)
 
 
-def _object(kept: _Kept, base: PurePath, which: str, entry: DetectionRecord | MissedRecord) -> ObjectMap:
+def _object(kept: Kept, base: PurePath, which: str, entry: DetectionRecord | MissedRecord) -> ObjectMap:
     """One object of the record, with the map and overlay kept for it."""
     score = entry.score if isinstance(entry, DetectionRecord) else entry.candidate_score
     overlay = kept.pictures.get(detection_path(kept.namer, base, which).name)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gradcam_cli.geometry import Geometry
-from gradcam_cli.outputs.records import DetectionRecord, ImageRecord, MissedRecord, TargetRecord
+from gradcam_cli.outputs.records import DetectionRecord, ImageRecord, MissedRecord, SegmentRecord, TargetRecord
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -44,12 +44,26 @@ class ObjectMap:
 
 
 @dataclass(frozen=True, eq=False)
+class RegionMap:
+    """A segmenter's region: its class, its pixels on the photo, its map and its own overlay (only its outline)."""
+
+    class_index: int
+    class_name: str | None
+    kind: str  # predicted, box, mask, truth, or missed (the truth says the class, the model another)
+    region: np.ndarray = field(repr=False)  # bool (H, W) on the photo
+    map: np.ndarray = field(repr=False)  # float32 (H, W) in [0, 1]
+    overlay: Image.Image | None = field(repr=False)
+    record: SegmentRecord = field(repr=False)  # the CLI record's entry, without file paths
+
+
+@dataclass(frozen=True, eq=False)
 class Explanation:
     """What explain() found for one image: one ClassMap per explained class, in order, and the record.
 
     `map`, `overlay`, `class_index`, `class_name` and `probability` are the first class's, like the record's
     top-level fields. A detector's explanation has `detections` (and with truth `missed`) instead of `targets`,
-    its `overlay` the picture of every box. Arrays are read-only.
+    its `overlay` the picture of every box; a segmenter's has `segments`, its `overlay` the picture of every region.
+    Arrays are read-only.
     """
 
     targets: tuple[ClassMap, ...]
@@ -58,10 +72,11 @@ class Explanation:
     geometry: Geometry = field(repr=False)  # where the model's input lay on the photo
     detections: tuple[ObjectMap, ...] | None = None  # a detector's kept detections, highest score first
     missed: tuple[ObjectMap, ...] | None = None  # with truth, the objects it missed
-    picture: Image.Image | None = field(default=None, repr=False)  # a detector's: every kept box over its own map
+    picture: Image.Image | None = field(default=None, repr=False)  # a detector's or segmenter's: every object over its map
+    segments: tuple[RegionMap, ...] | None = None  # a segmenter's explained regions (with truth, the missed ones too)
 
     map = property(lambda self: self._first("map"))
-    overlay = property(lambda self: self.picture if self.detections is not None else self._first("overlay"))
+    overlay = property(lambda self: self.picture if self.picture is not None else self._first("overlay"))
     class_index = property(lambda self: self._first("class_index"))
     class_name = property(lambda self: self._first("class_name"))
     probability = property(lambda self: self._first("probability"))

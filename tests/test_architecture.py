@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("a prepared run", {"run.tasks", "run.prepare"}),
     ("files", {"inputs", "inputs.*", "outputs", "outputs.*"}),
     ("the report", {"report", "report.*"}),
-    ("the Python API", {"api_results", "api_arguments", "api_detections", "api"}),
+    ("the Python API", {"api_results", "api_arguments", "api_detections", "api_segments", "api"}),
     ("the engine", {"run", "run.*"}),
     ("the command line", {"cli", "cli.*", "__main__", TOP}),
 ]

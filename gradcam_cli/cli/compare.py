@@ -35,8 +35,8 @@ MODEL_OPTIONS = tuple(option.name for option in OPTIONS if option.group == "mode
 # what shapes explain's outputs (style, caption, raw maps, top-k, resume) or its streaming (batches, workers) is left out
 TABLE_OPTIONS = (
     "inputs", *MODEL_OPTIONS, "classes", "crop", "relu", "norm", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid", "colormap",
-    "alpha", "output_dir", "recursive", "max_pixels", "device", "precision", "score_threshold", "max_detections", "json_lines",
-    "quiet",
+    "alpha", "output_dir", "recursive", "max_pixels", "device", "precision", "score_threshold", "max_detections", "min_area",
+    "json_lines", "quiet",
 )  # fmt: skip
 CLI_ONLY = ("inputs", "json_lines", "quiet")
 

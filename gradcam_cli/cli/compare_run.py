@@ -312,7 +312,7 @@ class Comparison:
             photo, ready, layers=layer, method=method, classes=classes, crop=s.inputs.crop, colormap=s.outputs.colormap.value,
             alpha=s.outputs.alpha, relu=s.maps.relu, norm=s.maps.norm.value, eigen_smooth=s.maps.eigen_smooth,
             aug_smooth=s.maps.aug_smooth, cam_batch_size=s.maps.cam_batch_size, grid=s.target.grid, precision=s.run.precision.value,
-            score_threshold=s.target.score_threshold, max_detections=s.target.max_detections,
+            score_threshold=s.target.score_threshold, max_detections=s.target.max_detections, min_area=s.target.min_area,
         )  # fmt: skip
 
     def _write(self, output: Path, picture: Any) -> None:
@@ -360,6 +360,8 @@ class _Cell:
 
         if explained.detections is not None:
             return _Cell.of_detection(explained, detection or 0)
+        if explained.segments is not None and detection is None:
+            return _Cell.of_region(explained)
         if detection is not None:
             raise UsageError("⟨detection⟩ picks one of a detector's detections; this model is a classifier (leave it out)")
         target = explained.targets[0]
@@ -367,6 +369,20 @@ class _Cell:
         return _Cell(
             np.asarray(target.overlay), target.class_index, target.class_name, target.probability, bool(target.blank),
             [round(float(raw.min()), 6), round(float(raw.max()), 6)],
+        )  # fmt: skip
+
+    @staticmethod
+    def of_region(explained: Any) -> _Cell:
+        """A segmenter's cell: its first region's own overlay (only its outline) and map; the cells after explain the
+        same class (⟨classes⟩ picks it); an image with no region is its error."""
+        import numpy as np
+
+        if not explained.segments:
+            raise InputError("<array>: no class covers ⟨min_area⟩ of this image; name one with ⟨classes⟩")
+        region = explained.segments[0]
+        return _Cell(
+            np.asarray(region.overlay), region.class_index, region.class_name, region.record.mean_probability,
+            bool(region.record.blank), [round(float(region.map.min()), 6), round(float(region.map.max()), 6)],
         )  # fmt: skip
 
     @staticmethod

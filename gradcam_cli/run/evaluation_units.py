@@ -266,4 +266,10 @@ EVAL_UNITS: dict[Task, Callable[[PreparedRun], EvalUnits]] = {Task.classify: lam
 
 def eval_units(run: PreparedRun) -> EvalUnits:
     """The evaluation's part of the run's task (run/tasks.py)."""
-    return EVAL_UNITS[run.task.name](run)
+    units = EVAL_UNITS.get(run.task.name)
+    if units is None:
+        raise UsageError(
+            f"gradcam eval measures classifiers' and detectors' maps; {run.loaded.name} is a segmenter, whose regions it does "
+            "not measure yet: explain them with `gradcam explain` (records carry each region's energy inside it)"
+        )
+    return units(run)
