@@ -119,7 +119,9 @@ class SegmentTargets:
                 area = int(region.sum())
             else:
                 region, kind, area = predicted, "predicted", int(predicted.sum())
-            if area >= (1 if c in self.classes else least):
+            asked = c in self.classes  # a class asked for over a named region is explained even where the model says
+            needed = 0 if asked and named is not None else 1 if asked else least  # another ("why not c here?")
+            if area >= needed:
                 regions.append((c, kind, region))
         if truth is not None and named is None and not self.over_truth:
             for c in classes:
