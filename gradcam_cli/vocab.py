@@ -191,7 +191,7 @@ class Metric(str, Enum):
     drop = "drop"
     increase = "increase"
     road = "road"
-    energy = "energy"  # a detector's: the share of a detection's map inside its own box
+    energy = "energy"  # a detector's or segmenter's: the share of a map's energy inside its own box or region
     pointing = "pointing"
     sanity = "sanity"
 

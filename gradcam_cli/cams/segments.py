@@ -39,6 +39,7 @@ class ImageRegions:
     named_kind: str = "box"  # "box" or "mask"
     truth: torch.Tensor | None = None  # (H, W) long: the class of each pixel, -1 ignored
     truth_photo: Any = None  # numpy (h, w) in the photo's pixels, for the records' IoU and Dice
+    fixed: tuple[tuple[int, str, torch.Tensor], ...] | None = None  # exactly these (class, kind, region): an evaluation's
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,8 @@ class SegmentTargets:
 
     def _regions(self, labels: torch.Tensor, image: ImageRegions | None) -> list[tuple[int, str, torch.Tensor]]:
         """(class, kind, region) for every class this image explains, then its missed regions."""
+        if image is not None and image.fixed is not None:
+            return [(c, kind, region.to(labels.device)) for c, kind, region in image.fixed]
         named = image.named if image is not None else None
         truth = image.truth if image is not None else None
         base = int(named.sum()) if named is not None else labels.numel()

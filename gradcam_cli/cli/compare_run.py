@@ -364,8 +364,7 @@ class _Cell:
             return _Cell.of_region(explained)
         if detection is not None:
             raise UsageError("⟨detection⟩ picks one of a detector's detections; this model is a classifier (leave it out)")
-        target = explained.targets[0]
-        raw = target.raw
+        target, raw = explained.targets[0], explained.targets[0].raw
         return _Cell(
             np.asarray(target.overlay), target.class_index, target.class_name, target.probability, bool(target.blank),
             [round(float(raw.min()), 6), round(float(raw.max()), 6)],
@@ -373,8 +372,7 @@ class _Cell:
 
     @staticmethod
     def of_region(explained: Any) -> _Cell:
-        """A segmenter's cell: its first region's own overlay (only its outline) and map; the cells after explain the
-        same class (⟨classes⟩ picks it); an image with no region is its error."""
+        """A segmenter's cell: its first region's overlay and map (the cells after: its class); none is the image's error."""
         import numpy as np
 
         if not explained.segments:

@@ -36,7 +36,7 @@ OUTPUT_DIR = "gradcam_eval"  # eval's own default folder, so its records do not 
 # every option that builds the model or feeds it (its checkpoint, kwargs, preprocessing), as explain takes them
 MODEL_OPTIONS = tuple(option.name for option in OPTIONS if option.group == "model")
 # the target group's options that say what is explained: the class, a detector's kept detections (the task only confirms)
-TARGET_OPTIONS = ("classes", "task", "score_threshold", "max_detections")
+TARGET_OPTIONS = ("classes", "task", "score_threshold", "max_detections", "min_area")
 TABLE_OPTIONS = (
     "inputs", *MODEL_OPTIONS, "layers", *TARGET_OPTIONS, "crop", "relu", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid",
     "colormap", "alpha", "output_dir", "recursive", "max_pixels", "batch_size", "device", "precision", "workers", "report",
@@ -75,7 +75,8 @@ def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, 
 
 def _metrics(text: str | None) -> tuple[Metric, ...]:
     """The metrics asked for, in the table's order; by default the usual five. Which apply, and what a task adds to the
-    defaults (the pointing game with boxes; a detector's energy in box and pointing game), is the task's, once the model
+    defaults (the pointing game with boxes; a detector's energy in box and pointing game, a segmenter's in its region), is
+    the task's, once the model
     is loaded (run/evaluation_units.py)."""
     names = parse_names(text if text is not None else DEFAULT_METRICS, "--metrics", values(Metric))
     return tuple(metric for metric in Metric if metric.value in names)
@@ -240,7 +241,7 @@ evaluate.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # wha
         own_option(
             "metrics", "--metrics", None, "NAME,NAME",
             f"Metrics, comma-separated: {', '.join(values(Metric))} [default: {DEFAULT_METRICS}, and pointing with --boxes; "
-            "a detector's also energy and pointing, in each detection's own box].",
+            "a detector's and a segmenter's also energy and pointing, in each detection's own box, each region itself].",
             kind=str | None,
         ),
         own_option("steps", "--steps", 20, "N", "Points on each deletion and insertion curve.", kind=int),

@@ -37,6 +37,7 @@ MEASURES = (
     Measure("road_morf", Metric.road, "ROAD most relevant first", higher_is_better=False),
     Measure("road_lerf", Metric.road, "ROAD least relevant first", higher_is_better=True),
     Measure("energy_in_box", Metric.energy, "energy in box", higher_is_better=True, headline=True),
+    Measure("energy_in_region", Metric.energy, "energy in region", higher_is_better=True, headline=True),
     Measure("pointing", Metric.pointing, "pointing game", higher_is_better=True, headline=True),
     Measure("sanity", Metric.sanity, "sanity: rank correlation", higher_is_better=False, headline=True),
     Measure("sanity_ssim", Metric.sanity, "sanity: SSIM", higher_is_better=False),
@@ -48,6 +49,9 @@ BY_NAME = {measure.name: measure for measure in MEASURES}
 SURVIVAL_THRESHOLD = 0.5
 
 
-def measures_of(metrics: tuple[Metric, ...] | list[Metric]) -> list[Measure]:
-    """The measures the chosen metrics give, in the table's order."""
-    return [measure for measure in MEASURES if measure.metric in metrics]
+TASK_MEASURES = frozenset({"energy_in_box", "energy_in_region"})  # one task's each: a detection's box, a segmenter's region
+
+
+def measures_of(metrics: tuple[Metric, ...] | list[Metric], own: frozenset[str] = frozenset()) -> list[Measure]:
+    """The measures the chosen metrics give, in the table's order; of the measures only one task has, those in `own`."""
+    return [measure for measure in MEASURES if measure.metric in metrics and (measure.name not in TASK_MEASURES or measure.name in own)]

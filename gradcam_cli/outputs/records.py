@@ -251,6 +251,8 @@ class EvalRecord:
     height: int | None = None
     detection: int | None = None  # a detector's: the detection's rank among its image's kept ones (None: a classifier's)
     box: list[float] | None = None  # a detector's: the detection's box, x1, y1, x2, y2 in the photo's pixels
+    segment: int | None = None  # a segmenter's: the region's rank among its image's regions (None: another task's)
+    region: str | None = None  # a segmenter's: what the region is (predicted, box, mask, truth)
     class_index: int | None = None
     class_name: str | None = None
     probability: float | None = None  # the class's probability; a detection's score

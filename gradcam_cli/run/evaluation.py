@@ -119,7 +119,7 @@ class Evaluator:
             plan.scoring, metrics=metrics, checkpoint=checkpoint, precision=first.options.precision, channels_last=first.channels_last
         )
         self.extras = Extras(self, metrics, plan.boxes)
-        self.totals = EvalTotals(measures_of(metrics))
+        self.totals = EvalTotals(measures_of(metrics, self.task.own_measures))
         self.classes = ClassIndex(self.loaded.class_names)
         self.said_empty = False
 
@@ -289,7 +289,8 @@ class Evaluator:
             width=int(item.photo.shape[1]), height=int(item.photo.shape[0]), class_index=said.class_index,
             class_name=said.class_name, probability=said.probability, blank=is_blank, topk=said.topk, metrics=metrics,
             fractions=scores.fractions, curves={key: rows[unit] for key, rows in scores.curves.items()},
-            sanity=extra.sanity_of(name, unit), targets=targets, detection=said.detection, box=said.box,
+            sanity=extra.sanity_of(name, unit), targets=targets, detection=said.detection, box=said.box, segment=said.segment,
+            region=said.region,
         )  # fmt: skip
 
     def photo_map(self, item: Decoded, cam: torch.Tensor) -> np.ndarray:

@@ -167,23 +167,29 @@ class Extras:
 
     def write_overlay(self, item: Decoded, name: str, cam: torch.Tensor, unit: Described, largest_detection: int | None) -> str:
         """The map set's overlay of the unit, named as explain names it: `<image>.<method>.png`, a detection's
-        `<image>.<method>.detN.png` with its box drawn (as explain's ⟨each⟩)."""
+        `<image>.<method>.detN.png` with its box drawn, a region's `.segN.png` with its outline (as explain's ⟨each⟩)."""
         from gradcam_cli.outputs.boxes import draw_boxes
         from gradcam_cli.outputs.detection_files import detection_path
         from gradcam_cli.outputs.files import write_atomic
         from gradcam_cli.outputs.naming import OutputNamer
+        from gradcam_cli.outputs.outlines import draw_outlines
         from gradcam_cli.outputs.picture import draw
         from gradcam_cli.outputs.render import encode_png
 
         outputs = self.evaluator.settings.outputs
         namer = self.namers.setdefault(name, OutputNamer(outputs.output_dir, name, largest_detection=largest_detection))
         base = OutputNamer.base_for(item.source.relative)
-        path = namer.paths(base, None, raw=False)[0] if unit.detection is None else detection_path(namer, base, f"det{unit.detection}")
+        path = namer.paths(base, None, raw=False)[0]
+        if unit.detection is not None or unit.segment is not None:
+            which = f"det{unit.detection}" if unit.detection is not None else f"seg{unit.segment}"
+            path = detection_path(namer, base, which)
         _refuse_explains_picture(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         shown = self.evaluator.photo_map(item, cam)
         picture = draw(item.photo, shown, style=outputs.style, colormap=outputs.colormap, alpha=outputs.alpha)
-        write_atomic(path, encode_png(draw_boxes(picture, [unit.drawn]) if unit.drawn is not None else picture))
+        picture = draw_boxes(picture, [unit.drawn]) if unit.drawn is not None else picture
+        picture = draw_outlines(picture, [unit.outline]) if unit.outline is not None else picture
+        write_atomic(path, encode_png(picture))
         return str(path)
 
 

@@ -13,12 +13,10 @@ box), and what a record says of a unit. A unit is one record per map set.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
 import torch
 
 from gradcam_cli.cams.detections import Lost, MissedTargets
@@ -33,70 +31,13 @@ from gradcam_cli.outputs.boxes import DrawnBox
 from gradcam_cli.outputs.detection_files import in_box, label_of
 from gradcam_cli.outputs.records import class_name as name_of
 from gradcam_cli.outputs.writer import topk_entries
+from gradcam_cli.run.evaluation_parts import BatchMaps, Decoded, Described, OwnMeasures, PhotoMap, Units
 from gradcam_cli.vocab import Metric, Task
 
 if TYPE_CHECKING:
     from gradcam_cli.geometry import Geometry
-    from gradcam_cli.inputs.sources import Source
     from gradcam_cli.run.prepare import PreparedRun
     from gradcam_cli.settings import ExplainSettings
-
-
-@dataclass(frozen=True)
-class Decoded:
-    """An image ready for the model: the photo, where the input lies on it, the input."""
-
-    source: Source
-    photo: np.ndarray
-    geometry: Geometry
-    array: np.ndarray
-
-
-@dataclass(frozen=True)
-class Units:
-    """What a batch's maps explain, one unit each: rows of the batch (an image may have none, one or several)."""
-
-    image: torch.Tensor  # (U,) long: the batch row of each unit
-    rank: torch.Tensor  # (U,) long: its rank among the first method's maps of that row
-    classes: torch.Tensor  # (U,) long: the class it explains
-    boxes: torch.Tensor | None = None  # (U, 4) in the model input's pixels: a detection's own box; None for a classifier
-
-    def __len__(self) -> int:
-        return len(self.image)
-
-    def of(self, row: int) -> list[int]:
-        """The units of one batch row, in rank order."""
-        return (self.image == row).nonzero().flatten().tolist()
-
-
-@dataclass(frozen=True)
-class BatchMaps:
-    """A batch's map sets, (U, H, W) each at the input size (a map per unit), and what the methods said of them."""
-
-    maps: dict[str, torch.Tensor]
-    blank: dict[str, torch.Tensor]  # per method: (U,) bool
-    finite: dict[str, torch.Tensor]  # per method: (U,) bool, scores and gradients finite
-    units: Units
-    scorer: Scorer  # what each unit's perturbed inputs are scored for
-    logits: torch.Tensor  # the first method's (N, classes) scores (a detector's: its (N, K) detections' scores)
-
-
-@dataclass(frozen=True)
-class Described:
-    """What a unit's records say of it, beside the measures."""
-
-    class_index: int
-    class_name: str | None
-    probability: float  # a class's probability; a detection's score
-    score: float  # the model's raw score (a class's logit; a detection's score)
-    topk: list[dict[str, Any]]
-    detection: int | None = None  # its rank among the image's kept detections
-    box: list[float] | None = None  # in the photo's pixels
-    drawn: DrawnBox | None = None  # drawn on its overlay
-
-
-PhotoMap = Callable[[Decoded, torch.Tensor], np.ndarray]  # a map at the input size, put back on the photo
-OwnMeasures = dict[str, dict[str, list[Any]]]  # per map set, per measure, a value per unit
 
 
 class EvalUnits(Protocol):
@@ -104,6 +45,7 @@ class EvalUnits(Protocol):
 
     unit: str  # what a unit is, in words ("image", "detection")
     score: str  # what the curves follow, in words (the charts' axis)
+    own_measures: frozenset[str]  # the measures only this task has (evaluate/measures.TASK_MEASURES)
     largest_detection: int | None  # the highest `.detN` an overlay's name can carry; None: no detection in names
 
     def check(self, settings: ExplainSettings) -> None:
@@ -135,6 +77,7 @@ class ClassifyUnits:
     unit = "image"
     score = "class probability"
     largest_detection: int | None = None
+    own_measures: frozenset[str] = frozenset()
 
     def check(self, settings: ExplainSettings) -> None:
         if len(settings.target.classes) > 1:
@@ -179,6 +122,7 @@ class DetectUnits:
 
     unit = "detection"
     score = "detection score"
+    own_measures = frozenset({"energy_in_box"})
 
     def __init__(self, run: PreparedRun) -> None:
         assert run.loaded.detector is not None
@@ -261,15 +205,10 @@ class DetectUnits:
         return boxes_to_original(units.boxes[unit : unit + 1], geometry)[0].tolist()
 
 
-EVAL_UNITS: dict[Task, Callable[[PreparedRun], EvalUnits]] = {Task.classify: lambda _run: ClassifyUnits(), Task.detect: DetectUnits}
-
-
 def eval_units(run: PreparedRun) -> EvalUnits:
     """The evaluation's part of the run's task (run/tasks.py)."""
-    units = EVAL_UNITS.get(run.task.name)
-    if units is None:
-        raise UsageError(
-            f"gradcam eval measures classifiers' and detectors' maps; {run.loaded.name} is a segmenter, whose regions it does "
-            "not measure yet: explain them with `gradcam explain` (records carry each region's energy inside it)"
-        )
-    return units(run)
+    if run.task.name is Task.segment:
+        from gradcam_cli.run.evaluation_segments import SegmentUnits  # a classifier's evaluation never loads it
+
+        return SegmentUnits(run)
+    return DetectUnits(run) if run.task.name is Task.detect else ClassifyUnits()
