@@ -354,3 +354,10 @@ def test_each_torchvision_segmenter_is_recognised_with_its_classes_input_and_lay
     assert SegmentTask().layers(loaded) == [layer]
     default = load_model(f"torchvision:{name}", pretrained=False)
     assert default.data_config.input_hw == (520, 520) and default.data_config.fit == "stretch"
+
+
+def test_an_image_with_nothing_to_explain_is_said_once(run_cli, nets) -> None:
+    result = run_cli("explain", "green.png", "green.png", "--model", "nets.py:Colours", *SIZE, "-o", "out", "--json", "--class", "1")
+    assert result.code == 0 and [r["segments"] for r in result.records()] == [[], []]
+    said = [line for line in result.stderr.splitlines() if "gives none of its pixels to the --class asked for" in line]
+    assert len(said) == 1

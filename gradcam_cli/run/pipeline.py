@@ -138,13 +138,9 @@ class Explainer:
                 seen.append(Path(record.input))
             record = self._told_truth(record)
             summary.count(record)
-            if record.detections == [] and not said_empty:  # a detector found nothing to explain: said once a run
+            if (record.detections == [] or record.segments == []) and not said_empty:  # nothing to explain: said once a run
                 said_empty = True
-                threshold = getattr(self.prepared.targets, "score_threshold", None)
-                self.warn(
-                    f"{record.input}: no detection scored {threshold:g} or more; its picture shows no box (and so for "
-                    "any other such image; lower ⟨score_threshold⟩ to explain weaker ones)"
-                )
+                self.warn(_nothing_found(record, self.prepared.targets))
             emit(record)
 
         ensure_writable(self.settings.outputs.output_dir)
@@ -288,6 +284,25 @@ def _judge(run: PreparedRun, settings: ExplainSettings, warn: Callable[[str], No
 
     assert settings.inputs.truth is not None
     return TruthJudge(run, settings.inputs.truth, settings.inputs.iou, warn)
+
+
+def _nothing_found(record: ImageRecord, targets: object) -> str:
+    """What a detector or a segmenter found nothing to explain in says, once a run."""
+    if record.detections == []:
+        threshold = getattr(targets, "score_threshold", 0.0)
+        return (
+            f"{record.input}: no detection scored {threshold:g} or more; its picture shows no box (and so for any other such "
+            "image; lower ⟨score_threshold⟩ to explain weaker ones)"
+        )
+    if getattr(targets, "classes", ()):
+        return (
+            f"{record.input}: the model gives none of its pixels to the ⟨classes⟩ asked for; its picture shows no region (and so "
+            "for any other such image; a ⟨region⟩ or ⟨mask⟩ explains a class where the model does not say it)"
+        )
+    return (
+        f"{record.input}: no class covers {getattr(targets, 'min_area', 0.0):g} of it; its picture shows no region (and so for "
+        "any other such image; lower ⟨min_area⟩, or name the ⟨classes⟩ to explain)"
+    )
 
 
 def _regions(run: PreparedRun, warn: Callable[[str], None]) -> RegionReader:
