@@ -3,8 +3,9 @@
 A records file is anyone's text: a line edited by hand, written by another
 tool or another version. A record is shown only when every field the page
 reads has the type explain writes (records.py), every number is finite and
-every string is valid UTF-8 (no lone surrogate from a `\\ud800` escape), and a
-detector's boxes are four such numbers;
+every string is valid UTF-8 (no lone surrogate from a `\\ud800` escape), a
+detector's boxes are four such numbers, and a segmenter's regions are of a kind
+explain writes (a kind the page has no words for would be a card it cannot say);
 anything else is a bad line, counted and left out, never an internal error
 half-way through the build.
 """
@@ -100,6 +101,18 @@ MISSED = shaped(  # records.MissedRecord: a true object no kept detection matche
      "candidate_score": NUMBER, "candidate_iou": NUMBER, "blank": FLAG, "energy_in_box": NUMBER, "peak_in_box": FLAG, "overlay": TEXT},
     required=("box",),
 )  # fmt: skip
+REGION_KINDS = ("predicted", "box", "mask", "truth", "missed")  # found.Segment.kind: where a segmenter's region came from
+SEGMENT = shaped(  # records.SegmentRecord: an explained region of a segmenter's image
+    {"rank": WHOLE, "class_index": is_whole, "class_name": TEXT, "region": lambda kind: kind in REGION_KINDS, "area": WHOLE,
+     "area_fraction": NUMBER, "score": NUMBER, "mean_probability": NUMBER, "blank": FLAG, "energy_in_region": NUMBER,
+     "iou": NUMBER, "dice": NUMBER, "missed_area": WHOLE, "overlay": TEXT},
+    required=("class_index", "region"),
+)  # fmt: skip
+OVERLAP = shaped(  # records.OverlapRecord: with truth, one class of a segmenter's image against its true mask
+    {"class_index": is_whole, "class_name": TEXT, "iou": NUMBER, "dice": NUMBER, "true_area": WHOLE, "predicted_area": WHOLE,
+     "missed_area": WHOLE},
+    required=("class_index",),
+)  # fmt: skip
 RECORD = shaped(
     {
         "input": is_text,
@@ -122,6 +135,8 @@ RECORD = shaped(
         "settings": optional(SETTINGS),
         "detections": optional(list_of(FOUND)),
         "missed": optional(list_of(MISSED)),
+        "segments": optional(list_of(SEGMENT)),
+        "overlap": optional(list_of(OVERLAP)),
     },
     required=("input", "ok"),
 )
