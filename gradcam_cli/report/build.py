@@ -19,6 +19,7 @@ from gradcam_cli.report.cards import header, locator, place_files, record_cards,
 from gradcam_cli.report.collect import Warn, collect
 from gradcam_cli.report.legend import legends
 from gradcam_cli.report.page import write_page
+from gradcam_cli.report.segments import segment_table
 from gradcam_cli.report.thumbs import Crop, Fit, Thumb, make_crop_thumbs, make_thumbs
 
 REPORT_FOLDER = "report"
@@ -54,6 +55,7 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
         card["id"] = number
     data: dict[str, Any] = {"header": header(cards, collected.runs, now(), __version__), "cards": cards}
     data["header"]["legend"] = legends(collected.records, collected.runs)
+    data["header"]["segmentation"] = segment_table(collected.records)  # from the records: the overlap is per image, not per card
     return write_page(report_dir, data)
 
 
@@ -63,12 +65,13 @@ def _thumbnails(report_dir: Path, cards: list[dict[str, Any]], places: list[Plac
     whole = [(photo, overlay) for photo, overlay, crop in places if crop is None]
     photos = list(dict.fromkeys(photo for photo, _ in whole if photo is not None))
     photo_thumbs = dict(zip(photos, make_thumbs(report_dir, ((photo, "", None) for photo in photos), workers)))
-    overlay_jobs = []
+    overlay_jobs: dict[Path, Fit] = {}  # a segmenter's cards share the image's picture: one thumbnail each
     for photo, overlay in whole:
         if overlay is not None:
             box = photo_thumbs.get(photo) if photo is not None else None
-            overlay_jobs.append((overlay, "o", (box.width, box.height) if box else None))
-    overlay_thumbs = dict(zip((job[0] for job in overlay_jobs), make_thumbs(report_dir, overlay_jobs, workers)))
+            overlay_jobs.setdefault(overlay, (box.width, box.height) if box else None)
+    jobs = [(overlay, "o", fit) for overlay, fit in overlay_jobs.items()]
+    overlay_thumbs = dict(zip(overlay_jobs, make_thumbs(report_dir, jobs, workers)))
     cut = _crops(report_dir, [place for place in places if place[2] is not None], workers)
     for card, (photo, overlay, crop) in zip(cards, places):
         if crop is not None:

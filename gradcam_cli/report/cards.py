@@ -1,5 +1,5 @@
-"""Records → the page's cards (one per image and explained class; a detector's: report/detections.py) and its header,
-in report/page.py's schema."""
+"""Records → the page's cards (one per image and explained class; a detector's: report/detections.py; a segmenter's:
+report/segments.py) and its header, in report/page.py's schema."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from gradcam_cli.report.check import is_text
 from gradcam_cli.report.detections import class_table, detection_cards, is_detection
 from gradcam_cli.report.legend import run_colours
+from gradcam_cli.report.segments import is_segmentation, segment_cards
 from gradcam_cli.report.thumbs import Crop, Thumb
 
 Locate = Callable[[str | None], Path | None]
@@ -57,8 +58,8 @@ def _predicted(record: dict[str, Any]) -> tuple[dict[str, Any] | None, float | N
 
 
 def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cards of one record, paths not yet located: one per explained class (a detector's: one per object); a
-    failed or skipped image: one."""
+    """The cards of one record, paths not yet located: one per explained class (a detector's: one per object; a
+    segmenter's: one per region); a failed or skipped image: one."""
     top, margin = _predicted(record)
     common = {
         "kind": "image",
@@ -79,6 +80,8 @@ def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
     }
     if record.get("ok") and is_detection(record):
         return detection_cards(record, common)
+    if record.get("ok") and is_segmentation(record):
+        return segment_cards(record, common)
     targets = record.get("targets") or []
     if not targets:
         overlay = (record.get("outputs") or [None])[0]
@@ -111,7 +114,7 @@ def place_files(card: dict[str, Any], locate: Locate, report_dir: Path) -> tuple
     photo, overlay = locate(card["input"]), locate(card.pop("_overlay"))
     card["original"], card["overlay"] = link(photo, report_dir), link(overlay, report_dir)
     card["npy"] = link(locate(card.pop("_npy")), report_dir)
-    if "_picture" in card:  # a detector's: the image's picture, every box over its map, beside the card's own
+    if "_picture" in card:  # a detector's or a segmenter's: the image's picture, every box or region, beside the card's own
         picture = locate(card.pop("_picture"))
         card["picture"] = link(picture, report_dir) if picture != overlay else None
     card.setdefault("metrics", {})
