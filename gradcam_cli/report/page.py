@@ -2,8 +2,9 @@
 
 Browsers refuse `fetch()` of a local JSON file and ES modules from file://, so
 the data is `data.js`, one assignment to `window.GRADCAM_REPORT`, loaded by a
-classic <script> before `app.js`. The shape of that object is `REPORT_SCHEMA`
-below; app.js reads nothing else.
+classic <script> before `app.js` (and `segments.js`, a segmenter's cards and
+table, which app.js calls). The shape of that object is `REPORT_SCHEMA` below;
+the scripts read nothing else.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from gradcam_cli.outputs.files import write_atomic
 
-ASSETS = ("index.html", "app.js", "style.css")
+ASSETS = ("index.html", "app.js", "segments.js", "style.css")
 
 REPORT_SCHEMA = """
 window.GRADCAM_REPORT = {
@@ -46,11 +47,23 @@ window.GRADCAM_REPORT = {
                  precision: 0.67|null, recall: 0.67|null}],     // null: no truth, or nothing to divide by
       all: {detections, tp, fp, fn, energy_in_box, precision, recall},  // the same over every class
     },
+    segmentation: null | {                       // a segmenter's cards are here (report/segments.py): the table per class
+      has_truth: bool,                           // some record has the truth's overlap: IoU, Dice, missed regions and pixels
+      classes: [{class_name: "cat"|null, class_index: 8,        // the lowest IoU first (with truth), else the most regions
+                 images: 3,                                      // images where the model or the truth gives it a pixel
+                 regions: 2, missed: 1,                          // regions explained (missed ones apart); missed regions
+                 area_fraction: 0.12|null, mean_probability: 0.9|null, energy_in_region: 0.8|null,  // means over its regions
+                 iou: 0.7|null, dice: 0.8|null,                  // means over its images (null: no truth)
+                 missed_area: 1024|null}],                       // pixels the truth gives it and the model another, in all
+      all: {images, regions, missed, area_fraction, mean_probability, energy_in_region,  // the same over every region
+            iou, dice, missed_area},             // iou, dice: the mean of the classes' means; missed_area: the sum
+    },
   },
   cards: [{                                      // one per (image, explained class); a failed image: one card, ok false
     id: 0,                                       // position, stable
-    kind: "image"|"detection"|"missed"|"empty",  // a classifier's card; a detector's: one per kept detection, one per missed
-                                                 // object, one for an image with neither ("empty": its whole picture)
+    kind: "image"|"detection"|"missed"|"empty"|"segment",  // a classifier's card; a detector's: one per kept detection, one
+                                                 // per missed object, one for an image with neither ("empty": its whole
+                                                 // picture); a segmenter's: one per region ("segment")
     input: "val/cat/1.jpg", name: "1.jpg",       // the input as the run named it; its file name (search)
     ok: true, error: null|"message",
     class_index: 281|null, class_name: "tabby"|null,  // the explained class
@@ -75,6 +88,14 @@ window.GRADCAM_REPORT = {
     own_overlay: bool,                           // overlay is its own picture (--each), else the image's picture
     picture: "../x.png.hirescam.png"|null,       // the image's picture with every box, when overlay is its own
                                                  // thumb and overlay_thumb: the box cut from the photo and from the map
+    // a segmenter's cards ("segment") also hold, the explained class being the region's (null: an image with no region):
+    rank: 0, region: "predicted"|"box"|"mask"|"truth"|"missed"|null,  // its place in the record's list; its kind
+    area: 1024, area_fraction: 0.06,             // its pixels on the photo; its share of the photo
+    score: 240.2, mean_probability: 0.94,        // the class's score summed over it (what the map explains); its mean probability
+    energy_in_region: 0.94|null,                 // the share of its map's energy inside it (null: a blank map)
+    iou: 0.5|null, dice: 0.67|null, missed_area: 1024|null,  // with truth: the class's, over the photo
+    own_overlay: bool, picture,                  // as a detector's: its own overlay (--each), else the image's picture
+                                                 // (every region outlined); thumb and overlay_thumb: the whole pictures
   }],
 }
 """

@@ -45,6 +45,8 @@
  *     data-predicted, data-truth ("" when none). A detector's cards (article.card.card-det) have data-id, data-input,
  *     data-class, data-blank, data-ok, and data-kind ("detection", "missed", "empty": an image with nothing found),
  *     data-match ("tp"|"fp"|"fn"|""), data-score ("" when none).
+ *   A segmenter's report (header.segmentation set): its controls, table and cards are segments.js's (see its hooks);
+ *     #filter-class is shared with a detector's.
  *   performance marks: "gradcam:start" when app.js starts (data.js parsed), "gradcam:first-render" once the summary and
  *     the first page of cards are in the DOM, "gradcam:first-frame" after the first frame showing them, and
  *     "gradcam:rendered" after every render of the cards (the first included); document.body.dataset.renders counts them.
@@ -158,11 +160,16 @@
 
   // a detector's cards: one per detection or missed object (report/detections.py), the table per class in H.detection
   var DET = H.detection && Array.isArray(H.detection.classes) ? H.detection : null;
-  var isDet = new Array(N), detKey = new Array(N), detErrors = 0, detJudged = 0;
+  // a segmenter's: one per region (report/segments.py), drawn by segments.js, the table per class in H.segmentation
+  var SEG = H.segmentation && Array.isArray(H.segmentation.classes) && typeof window.GRADCAM_SEGMENTS === "function"
+    ? window.GRADCAM_SEGMENTS({ table: H.segmentation, cards: cards, esc: esc, url: url, pct: pct, num: num, plural: plural, classKey: classKey, keyLabel: keyLabel, thumbHtml: thumbHtml, nameHtml: nameHtml, collator: collator, $: $ })
+    : null;
+  var isDet = new Array(N), isSeg = new Array(N), detKey = new Array(N), detErrors = 0, detJudged = 0;
   for (i = 0; i < N; i++) {
     c = cards[i];
     isDet[i] = c.kind === "detection" || c.kind === "missed" || c.kind === "empty";
-    detKey[i] = isDet[i] ? classKey(c.class_name, c.class_index) : null;
+    isSeg[i] = !!SEG && c.kind === "segment";
+    detKey[i] = isDet[i] || isSeg[i] ? classKey(c.class_name, c.class_index) : null; // #filter-class's key
     if (c.match === "fp" || c.match === "fn") detErrors++;
     if (c.match != null) detJudged++;
   }
@@ -300,6 +307,7 @@
       if (correct + wrong > 0) ct += tile("accuracy", ((100 * correct) / (correct + wrong)).toFixed(1) + "%");
     }
     if (DET) ct += detectionTiles(DET.all || {}, !!DET.has_truth);
+    if (SEG) ct += SEG.tiles();
     $("counts").innerHTML = '<div class="tiles">' + ct + "</div>";
   }
 
@@ -483,16 +491,19 @@
     simple("filter-model", "ctl-model", models);
     simple("filter-method", "ctl-method", methods);
     if (DET) fillDetectionSelects();
+    if (SEG) SEG.fillControls();
+    if ((DET || SEG) && !classList.length) $("ctl-predicted").hidden = $("ctl-low").hidden = $("panel-classes").hidden = true;
     var so = '<option value="id">run order</option>';
-    if (!DET || classList.length) so += '<option value="probability">probability</option><option value="margin">margin (top-1 − top-2)</option>';
+    if (!(DET || SEG) || classList.length) so += '<option value="probability">probability</option><option value="margin">margin (top-1 − top-2)</option>';
     if (DET) so += '<option value="score">score</option><option value="energy_in_box">energy in box</option><option value="iou">IoU</option>';
+    if (SEG) so += SEG.sorts();
     so += '<option value="name">file name</option>';
     metricNames.forEach(function (m) {
       so += '<option value="metric:' + esc(m) + '">' + esc(m) + "</option>";
     });
     $("sort").innerHTML = so;
-    $("sort").value = DET ? "id" : "probability"; // a detector's: each image's objects together, as the run found them
-    $("sort-dir").value = DET ? "asc" : "desc";
+    $("sort").value = DET || SEG ? "id" : "probability"; // a detector's, a segmenter's: each image's objects together, as found
+    $("sort-dir").value = DET || SEG ? "asc" : "desc";
   }
 
   // a detector's controls: its classes, what matched (with truth), a minimum score; a classifier's shown only beside its cards
@@ -509,7 +520,6 @@
     $("filter-class").innerHTML = h;
     if (!DET.has_truth) $("filter-match").innerHTML = '<option value="">all</option><option value="found">detections</option>';
     else $("filter-match").querySelector('option[value=""]').insertAdjacentHTML("afterend", '<option value="found">detections (tp and fp)</option>');
-    if (!classList.length) $("ctl-predicted").hidden = $("ctl-low").hidden = $("panel-classes").hidden = true;
   }
 
   // ---- sorting and filtering ---------------------------------------------------------------------------------
@@ -560,6 +570,8 @@
       cls: $("filter-class").value,
       match: $("filter-match").value,
       minScore: $("min-score").value.trim() === "" || isNaN(parseFloat($("min-score").value)) ? null : parseFloat($("min-score").value),
+      region: $("filter-region").value,
+      maxIou: $("max-iou").value.trim() === "" || isNaN(parseFloat($("max-iou").value)) ? null : parseFloat($("max-iou").value),
     };
   }
 
@@ -594,6 +606,7 @@
       if (f.cls && detKey[j] !== f.cls) continue;
       if (f.match && !matchIs(f.match, c)) continue;
       if (f.minScore != null && !(typeof c.score === "number" && c.score >= f.minScore)) continue;
+      if ((f.region || f.maxIou != null) && !(isSeg[j] && SEG.keep(f, c))) continue;
       out.push(j);
     }
     return out;
@@ -619,6 +632,7 @@
 
   function cardHtml(j, f) {
     if (isDet[j]) return detectionCardHtml(j);
+    if (isSeg[j]) return SEG.cardHtml(cards[j], j);
     var c = cards[j];
     var explained = c.class_name != null && c.class_name !== "" ? String(c.class_name) : c.class_index != null ? String(c.class_index) : "";
     var correct = c.correct === true ? "true" : c.correct === false ? "false" : "";
@@ -794,7 +808,7 @@
 
   function clearFilters() {
     $("search").value = "";
-    ["filter-predicted", "filter-truth", "filter-correct", "filter-blank", "filter-failed", "filter-model", "filter-method", "filter-class", "filter-match", "min-score"].forEach(function (id) {
+    ["filter-predicted", "filter-truth", "filter-correct", "filter-blank", "filter-failed", "filter-model", "filter-method", "filter-class", "filter-match", "min-score", "filter-region", "max-iou"].forEach(function (id) {
       $(id).value = "";
     });
     $("filter-lowconf").checked = false;
@@ -810,7 +824,7 @@
   var toolbar = $("toolbar");
   toolbar.addEventListener("input", function (ev) {
     var id = ev.target.id;
-    if (id === "search" || id === "min-score") update();
+    if (id === "search" || id === "min-score" || id === "max-iou") update();
     else if (id === "threshold") {
       $("filter-lowconf").checked = true;
       update();
@@ -818,7 +832,7 @@
   });
   toolbar.addEventListener("change", function (ev) {
     var id = ev.target.id;
-    if (id === "search" || id === "threshold" || id === "min-score") return; // handled on input
+    if (id === "search" || id === "threshold" || id === "min-score" || id === "max-iou") return; // handled on input
     if (id === "thumbs") {
       cardsEl.dataset.thumbs = ev.target.value;
       return;
@@ -859,6 +873,9 @@
       } else if (filter === "match") {
         setSelect("filter-match", el.getAttribute("data-match") || "");
         if (key) setSelect("filter-class", key);
+      } else if (filter === "segment") {
+        setSelect("filter-region", el.getAttribute("data-region") || "");
+        if (key) setSelect("filter-class", key);
       } else if (filter === "failed") $("filter-failed").value = "true";
       else if (filter === "blank") $("filter-blank").value = "true";
     } else return;
@@ -886,6 +903,7 @@
   renderClasses();
   renderConfusion();
   renderDetections();
+  if (SEG) SEG.renderTable();
   fillSelects();
   if (DET && DET.has_truth && detErrors > 0) {
     $("filter-match").value = "errors";
