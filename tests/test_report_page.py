@@ -30,6 +30,7 @@ from PIL import Image
 from browser import launched
 from conftest import EXAMPLES, ROOT
 from test_report import detector_run, read_data
+from test_report_segments import segmenter_run
 
 pytestmark = pytest.mark.slow  # a real browser and three real runs: about a minute for the file on 2 cores
 
@@ -182,6 +183,13 @@ def detections(tmp_path_factory: pytest.TempPathFactory) -> Report:
 
     index = build_report(detector_run(tmp_path_factory.mktemp("detections"), CLASSES))
     return Report(index, read_data(index.parent), [])
+
+
+@pytest.fixture(scope="module")
+def segments(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    """A segmenter's run with truth masks (test_report_segments.segmenter_run), its classes named by the hostile labels."""
+    out = segmenter_run(tmp_path_factory.mktemp("segments"), ["background", CIRCLE, SQUARE, TRIANGLE])
+    return Report(out / "report" / "index.html", read_data(out / "report"), [])
 
 
 def open_page(browser: Any, index: Path, width: int = 1280, height: int = 900) -> tuple[Any, list[str]]:
@@ -719,4 +727,56 @@ def test_a_detectors_page_has_a_card_per_object_a_table_per_class_and_match_filt
     assert page.evaluate("[...document.querySelectorAll('#cards img')].every(i => i.complete && i.naturalWidth > 0)")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "report-detections.png"), full_page=True)
+    close(page, errors)
+
+
+# ------------------------------------------------------------------ a segmenter's report
+
+
+def test_a_segmenters_page_has_a_card_per_region_a_table_per_class_and_an_iou_filter(browser: Any, segments: Report) -> None:
+    """Every region is a card, the table per class replaces the matrix and its numbers filter the cards; the IoU
+    threshold hides the regions at or above it, the region kind and the class the others."""
+    page, errors = open_page(browser, segments.index)
+    cards = segments.cards
+    assert matches(page) == len(cards) == 11 and shown_ids(page) == segments.ids(), "opens on every card"
+    kinds = [(c.get("kind", "image"), c.get("region")) for c in shown(page)]
+    assert kinds.count(("segment", "missed")) == 2 and kinds.count(("segment", "")) == 1 and kinds.count(("image", None)) == 1
+    assert page.is_visible("#segments table") and page.is_hidden("#panel-confusion") and page.is_hidden("#panel-classes")
+    assert page.is_hidden("#panel-detections") and page.is_visible("#filter-region") and page.is_visible("#max-iou")
+    table = segments.data["header"]["segmentation"]
+    rows = page.eval_on_selector_all("#segments tbody tr", "rows => rows.map(r => [...r.cells].slice(0, 4).map(c => c.textContent))")
+    assert rows == [[row["class_name"], *(str(row[k]) for k in ("images", "regions", "missed"))] for row in table["classes"]]
+    total = page.eval_on_selector_all("#segments tfoot td", "cells => cells.map(c => c.textContent)")
+    assert total[:4] == ["all classes", "4", "7", "2"] and total[7] == f"{table['all']['iou']:.2f}"
+    assert page.locator("#segments td.l *, #cards .cls *, #filter-class option *").count() == 0, "class names are text"
+
+    page.fill("#max-iou", "0.8")
+    below = segments.ids(lambda c: isinstance(c.get("iou"), float) and c["iou"] < 0.8)
+    assert len(below) == 4 and shown_ids(page) == below and all(float(c["iou"]) < 0.8 for c in shown(page))
+    page.fill("#max-iou", "")
+    assert matches(page) == len(cards)
+    page.select_option("#filter-region", "missed")
+    assert shown_ids(page) == segments.ids(lambda c: c.get("region") == "missed") and page.is_visible("#cards .badge-bad")
+    page.click("#reset")
+    page.select_option("#filter-class", f"={TRIANGLE}")
+    assert shown_ids(page) == segments.ids(lambda c: c["class_name"] == TRIANGLE) and len(shown(page)) == 4
+    page.click("#reset")
+    element(page, "#segments button", filter="segment", region="missed", key=f"={TRIANGLE}").click()
+    assert shown_ids(page) == segments.ids(lambda c: c.get("region") == "missed" and c["class_name"] == TRIANGLE)
+    page.click('#counts button[data-region="explained"]')
+    assert shown_ids(page) == segments.ids(lambda c: c.get("region") not in (None, "missed"))
+
+    page.click("#reset")
+    page.select_option("#sort", "iou")
+    ious = [c.get("iou", "") for c in shown(page)]  # the failed image's card is a classifier's: no data-iou
+    assert ious[:9] == sorted(ious[:9], key=float, reverse=True) and set(ious[9:]) == {""}, "no IoU last"
+    green = element(page, "#cards .card", region="predicted", **{"class": SQUARE, "iou": "0"})
+    links = green.eval_on_selector_all("a", "els => Object.fromEntries(els.map(a => [a.textContent || a.className, a.href]))")
+    assert file_of(links["its map"]).name == "s1.png.hirescam.seg1.png" and file_of(links["every region"]).name == "s1.png.hirescam.png"
+    assert file_of(green.eval_on_selector("a.thumb-overlay", "a => a.href")) == file_of(links["its map"])
+    page.select_option("#sort", "id")
+    load_images(page)
+    assert page.evaluate("[...document.querySelectorAll('#cards img')].every(i => i.complete && i.naturalWidth > 0)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "report-segmentation.png"), full_page=True)
     close(page, errors)
