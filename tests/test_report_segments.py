@@ -200,3 +200,22 @@ def test_malformed_segment_records_are_bad_lines(tmp_path: Path) -> None:
     collected = collect(tmp_path, [], said.append)
     assert len(said) == 1 and said[0].endswith(f"records.jsonl: {len(bad)} line(s) are not gradcam records; left out"), said
     assert [record["input"] for record in collected.records] == ["good.png"]
+
+
+def test_an_evaluations_regions_of_one_image_are_cards_of_their_own(tmp_path: Path) -> None:
+    """`gradcam eval` on a segmenter writes a record per region and map set: two regions of one image stay two cards;
+    a unit's rank that is no whole number is a bad line (records merge by it)."""
+    from gradcam_cli.outputs.records import EvalRecord
+    from gradcam_cli.report.build import build_report
+
+    lines = [
+        EvalRecord(input="a.png", ok=True, model="net.py:Paints", method="hirescam", segment=rank, region="predicted",
+                   class_index=rank + 1, class_name=NAMES[rank + 1], metrics={"energy_in_region": 0.9}).to_json()
+        for rank in (0, 1)
+    ]  # fmt: skip
+    lines.append(json.dumps({**json.loads(lines[0]), "input": "b.png", "segment": [0]}))
+    (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    said: list[str] = []
+    cards = read_data(build_report(tmp_path, warn=said.append).parent)["cards"]
+    assert [(c["input"], c["class_name"]) for c in cards] == [("a.png", "red"), ("a.png", "green")]
+    assert "1 line(s) are not gradcam records" in said[0], said  # (and the pictures, not made here, are missing)

@@ -135,6 +135,8 @@ RECORD = shaped(
         "settings": optional(SETTINGS),
         "detections": optional(list_of(FOUND)),
         "missed": optional(list_of(MISSED)),
+        "detection": WHOLE,  # an evaluation's unit: a detection's rank, a region's (part of the key records merge by)
+        "segment": WHOLE,
         "segments": optional(list_of(SEGMENT)),
         "overlap": optional(list_of(OVERLAP)),
     },
