@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -35,7 +34,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(HERE))
 
-from speed import run_timed  # noqa: E402 - benchmarks/ is not a package
+from speed import run_timed, write_readme  # noqa: E402 - benchmarks/ is not a package
 
 SIZE = 512
 
@@ -110,15 +109,6 @@ def table(row: dict[str, float], images: int, rounds: int) -> str:
     )
 
 
-def write_readme(text: str) -> None:
-    readme = ROOT / "README.md"
-    content = readme.read_text()
-    marked = re.compile(r"(<!-- segmentation-table -->\n).*?(\n<!-- /segmentation-table -->)", re.S)
-    if not marked.search(content):
-        raise SystemExit("README.md has no <!-- segmentation-table --> markers")
-    readme.write_text(marked.sub(lambda m: m.group(1) + text + m.group(2), content))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=64)
@@ -128,7 +118,7 @@ def main() -> None:
     text = table(measure(args.images, args.rounds), args.images, args.rounds)
     print(text)
     if args.readme:
-        write_readme(text)
+        write_readme(text, "segmentation-table")
 
 
 if __name__ == "__main__":

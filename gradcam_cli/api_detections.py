@@ -47,6 +47,17 @@ class Kept:
 
         self.pictures[path.name] = Image.fromarray(rgb)
 
+    @staticmethod
+    def of(run: PreparedRun, name: str) -> tuple[Kept, PurePath]:
+        """The keeper of one image's pictures, stamped as the CLI's would be, and the base of their names."""
+        context = run.record_context()
+        context["stamp"] = stamp_for(context)
+        return Kept(run, context), PurePath(Path(name).name or "image")
+
+    def picture(self, base: PurePath) -> Image.Image:
+        """The image's picture of every object."""
+        return self.pictures[self.namer.paths(base, None, False)[0].name]
+
     def keep_map(self, which: str, cam: np.ndarray) -> None:
         cam.flags.writeable = False
         self.maps[which] = cam
@@ -54,12 +65,9 @@ class Kept:
 
 def detection_explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geometry, cams: CamBatch) -> Explanation:
     """The image's detections (and with truth its misses), each with its map and overlay, and the picture of all."""
-    context = run.record_context()
-    context["stamp"] = stamp_for(context)
-    kept = Kept(run, context)
-    base = PurePath(Path(name).name or "image")
+    kept, base = Kept.of(run, name)
     record = write_detections(kept, Path(name), photo, geometry, cams, 0, base)
-    picture = kept.pictures[kept.namer.paths(base, None, False)[0].name]
+    picture = kept.picture(base)
     detections = tuple(_object(kept, base, f"det{d.rank}", d) for d in record.detections or [])
     missed = None if record.missed is None else tuple(_object(kept, base, f"miss{m.rank}", m) for m in record.missed)
     bare = replace(

@@ -9,7 +9,7 @@ detector's (api_detections.Kept), so a notebook sees what `gradcam explain
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path, PurePath
+from pathlib import Path
 
 import numpy as np
 
@@ -19,19 +19,15 @@ from gradcam_cli.found import Segments
 from gradcam_cli.geometry import Geometry, labels_to_original
 from gradcam_cli.maps import CamBatch
 from gradcam_cli.outputs.detection_files import detection_path
-from gradcam_cli.outputs.provenance import stamp_for
 from gradcam_cli.outputs.segment_files import write_segments
 from gradcam_cli.run.prepare import PreparedRun
 
 
 def segment_explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geometry, cams: CamBatch) -> Explanation:
     """The image's regions (with truth its missed ones), each with its pixels, map and overlay, and the picture of all."""
-    context = run.record_context()
-    context["stamp"] = stamp_for(context)
-    kept = Kept(run, context)
-    base = PurePath(Path(name).name or "image")
+    kept, base = Kept.of(run, name)
     record = write_segments(kept, Path(name), photo, geometry, cams, 0, base)
-    picture = kept.pictures[kept.namer.paths(base, None, False)[0].name]
+    picture = kept.picture(base)
     assert cams.found is not None
     found: Segments = cams.found[0]
     regions, missed = [], 0

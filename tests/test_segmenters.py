@@ -30,16 +30,23 @@ import torch
 from torch import nn
 
 
+def identity():
+    """A 1x1 convolution that passes each colour channel through: the layer the maps are taken at."""
+    conv = nn.Conv2d(3, 3, 1)
+    with torch.no_grad():
+        conv.weight.copy_(torch.eye(3)[:, :, None, None])
+        conv.bias.zero_()
+    return conv
+
+
 class Colours(nn.Module):
     """0 background, 1 where red beats green, 2 where green beats red: every pixel read where it is (1x1 convs)."""
 
     def __init__(self):
         super().__init__()
-        self.features = nn.Conv2d(3, 3, 1)
+        self.features = identity()
         self.head = nn.Conv2d(3, 3, 1)
         with torch.no_grad():
-            self.features.weight.copy_(torch.eye(3)[:, :, None, None])
-            self.features.bias.zero_()
             self.head.weight.copy_(torch.tensor([[0.0, 0, 0], [4, -4, 0], [-4, 4, 0]])[:, :, None, None])
             self.head.bias.copy_(torch.tensor([1.0, 0, 0]))
 
@@ -52,10 +59,7 @@ class FromBox(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.features = nn.Conv2d(3, 3, 1)
-        with torch.no_grad():
-            self.features.weight.copy_(torch.eye(3)[:, :, None, None])
-            self.features.bias.zero_()
+        self.features = identity()
 
     def forward(self, x):
         red = torch.relu(self.features(x))[:, 0:1]
@@ -68,10 +72,7 @@ class Binary(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.features = nn.Conv2d(3, 3, 1)
-        with torch.no_grad():
-            self.features.weight.copy_(torch.eye(3)[:, :, None, None])
-            self.features.bias.zero_()
+        self.features = identity()
 
     def forward(self, x):
         return 4 * (torch.relu(self.features(x))[:, 0:1] - 0.5)

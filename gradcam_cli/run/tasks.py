@@ -101,20 +101,17 @@ class DetectTask:
 
     def check(self, settings: ExplainSettings, method: CamMethod) -> None:
         _refuse_others(settings, Task.detect)
-        target, maps = settings.target, settings.maps
-        refused = [
-            (target.topk > 1, "⟨topk⟩ picks classes of a classifier; a detector's maps are its detections (see ⟨max_detections⟩)"),
-            (target.multilabel or target.threshold is not None, "⟨multilabel⟩ and ⟨threshold⟩ are a classifier's; a detector keeps "
-             "detections by ⟨score_threshold⟩"),
-            (target.output_index is not None, "⟨output_index⟩ explains a regression output; a detector returns boxes"),
+        maps = settings.maps
+        _refuse([
+            *_not_a_classifier(
+                settings, "a detector's maps are its detections (see ⟨max_detections⟩)",
+                "a detector keeps detections by ⟨score_threshold⟩", "a detector returns boxes",
+            ),
             (maps.aug_smooth, "⟨aug_smooth⟩ does not apply to detectors: its mirrored and zoomed views move the boxes"),
             (settings.inputs.crop, "⟨crop⟩ does not apply to detectors: the whole photo is letterboxed into the input"),
             (settings.outputs.save_raw or settings.outputs.save_guided, "⟨save_raw⟩ and ⟨save_guided⟩ do not apply to "
              "detectors yet; the Python API's explain() returns each detection's map as an array"),
-        ]  # fmt: skip
-        for wrong, message in refused:
-            if wrong:
-                raise UsageError(message)
+        ])  # fmt: skip
 
     def layers(self, loaded: LoadedModel) -> list[str]:
         assert loaded.detector is not None
@@ -151,12 +148,11 @@ class SegmentTask:
     def check(self, settings: ExplainSettings, method: CamMethod) -> None:
         _refuse_others(settings, Task.segment)
         target, maps = settings.target, settings.maps
-        refused = [
-            (target.topk > 1, "⟨topk⟩ picks classes of a classifier; a segmenter explains every class it finds (see ⟨min_area⟩) "
-             "or the ⟨classes⟩ named"),
-            (target.multilabel or target.threshold is not None, "⟨multilabel⟩ and ⟨threshold⟩ are a classifier's; a segmenter "
-             "explains each class's region"),
-            (target.output_index is not None, "⟨output_index⟩ explains a regression output; a segmenter returns a map per class"),
+        _refuse([
+            *_not_a_classifier(
+                settings, "a segmenter explains every class it finds (see ⟨min_area⟩) or the ⟨classes⟩ named",
+                "a segmenter explains each class's region", "a segmenter returns a map per class",
+            ),
             (maps.aug_smooth, "⟨aug_smooth⟩ does not apply to segmenters: its mirrored and zoomed views move the regions"),
             (settings.inputs.crop, "⟨crop⟩ does not apply to segmenters: every pixel of the photo is segmented"),
             (settings.outputs.save_raw or settings.outputs.save_guided, "⟨save_raw⟩ and ⟨save_guided⟩ do not apply to "
@@ -164,10 +160,7 @@ class SegmentTask:
             (target.region == "truth" and settings.inputs.truth is None, "⟨region=truth⟩ sums each class's score over its "
              "true mask: give the masks with ⟨truth⟩"),
             (isinstance(target.region, tuple) and target.mask is not None, "⟨region⟩ and ⟨mask⟩ both name the region; give one"),
-        ]  # fmt: skip
-        for wrong, message in refused:
-            if wrong:
-                raise UsageError(message)
+        ])  # fmt: skip
 
     def layers(self, loaded: LoadedModel) -> list[str]:
         assert loaded.segmenter is not None
@@ -197,6 +190,23 @@ OWN_OPTIONS = {  # the options only one task takes, and what does that task
     Task.detect: (("score_threshold", "max_detections"), "detectors"),
     Task.segment: (("min_area", "region", "mask"), "segmenters"),
 }
+
+
+def _not_a_classifier(settings: ExplainSettings, topk: str, threshold: str, output_index: str) -> list[tuple[bool, str]]:
+    """A classifier's target options, refused by another task: each message's second half says what that task does."""
+    target = settings.target
+    return [
+        (target.topk > 1, f"⟨topk⟩ picks classes of a classifier; {topk}"),
+        (target.multilabel or target.threshold is not None, f"⟨multilabel⟩ and ⟨threshold⟩ are a classifier's; {threshold}"),
+        (target.output_index is not None, f"⟨output_index⟩ explains a regression output; {output_index}"),
+    ]
+
+
+def _refuse(refused: list[tuple[bool, str]]) -> None:
+    """The first option given that does not apply, in one line."""
+    for wrong, message in refused:
+        if wrong:
+            raise UsageError(message)
 
 
 def _refuse_others(settings: ExplainSettings, task: Task) -> None:
