@@ -362,3 +362,11 @@ def test_an_image_with_nothing_to_explain_is_said_once(run_cli, nets) -> None:
     assert result.code == 0 and [r["segments"] for r in result.records()] == [[], []]
     said = [line for line in result.stderr.splitlines() if "gives none of its pixels to the --class asked for" in line]
     assert len(said) == 1
+
+
+def test_gradcam_layers_marks_a_segmenters_default_layer(run_cli, nets) -> None:
+    mine = run_cli("layers", "nets.py:Colours", "--input-size", "32")
+    assert mine.code == 0 and "default target: features" in mine.stderr
+    theirs = run_cli("layers", "torchvision:deeplabv3_mobilenet_v3_large", "--input-size", "64")
+    assert theirs.code == 0 and "default target: backbone.16" in theirs.stderr
+    assert any(line.startswith("* ") and "backbone.16 " in line for line in theirs.stdout.splitlines())

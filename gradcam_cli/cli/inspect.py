@@ -27,7 +27,7 @@ def layers(
     **given: Any,
 ) -> int:
     """Print the module tree with output shapes and layouts; the default target is marked."""
-    from gradcam_cli.layers.defaults import default_layer_paths
+    from gradcam_cli.layers.defaults import task_layer_paths
     from gradcam_cli.layers.paths import resolve_layers
     from gradcam_cli.layers.tree import layer_rows
     from gradcam_cli.model.data_config import default_input_hw
@@ -43,7 +43,7 @@ def layers(
         family = detector_family(net)  # a detector's defaults are its family's: the feature maps its heads read
         own_hw = family.data_config(net).input_hw if family else default_input_hw(net)  # a detector: the input a run gives it
         input_hw = parse_input_size(given["input_size"]) if given.get("input_size") else own_hw
-        paths = family.default_layers(net) if family else default_layer_paths(net, arch, source, input_hw=input_hw)
+        paths = family.default_layers(net) if family else task_layer_paths(net, arch, source, input_hw)
         defaults = [layer.name for layer in resolve_layers(net, paths, model)]
         rows = layer_rows(net, input_hw, defaults, num_prefix_tokens(net, source, arch))
     streams = command_streams(ctx)

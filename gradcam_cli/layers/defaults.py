@@ -65,12 +65,16 @@ def _last_spatial_module(model: nn.Module, input_hw: tuple[int, int]) -> str:
 
 
 def segmenter_layer_paths(model: nn.Module, input_hw: tuple[int, int], classes: int) -> list[str]:
-    """A segmenter's default layer where its family names none: its deepest feature map (the smallest map, the
+    """A segmenter's default layer: its family's (model/segmenters.known_layers), else its deepest feature map (the smallest map, the
     outermost module finishing it last, the encoder's bottleneck), as Seg-Grad-CAM explains a U-Net; the score maps
     themselves (as many channels as classes) do not count, unless every map has that many (then the last module, the
     head, alone is left out)."""
     from gradcam_cli.layers.tree import is_spatial, probe_shapes
+    from gradcam_cli.model.segmenters import known_layers
 
+    known = known_layers(model)
+    if known is not None:
+        return known
     calls: dict[str, int] = {}
     shapes = probe_shapes(model, input_hw, calls)
     maps = [(name, shape) for name, shape in shapes.items() if name and is_spatial(shape) and shape[0] == 1 and calls.get(name, 0) == 1]
@@ -79,3 +83,20 @@ def segmenter_layer_paths(model: nn.Module, input_hw: tuple[int, int], classes: 
         raise LayerError("no layer of this segmenter outputs a feature map; name one with ⟨layers⟩")
     smallest = min(shape[-2] * shape[-1] for _, shape in features)
     return [[name for name, shape in features if shape[-2] * shape[-1] == smallest][-1]]
+
+
+def task_layer_paths(model: nn.Module, arch: str, source: ModelSource, input_hw: tuple[int, int]) -> list[str]:
+    """The default layers of a model `gradcam layers` lists, as a run would pick them: a segmenter's (its scores a map
+    per class, found by one probe forward) or a classifier's; a model whose output the probe cannot read, a classifier's."""
+    from gradcam_cli.errors import GradcamError
+    from gradcam_cli.model.outputs import probed_output, scores_view
+    from gradcam_cli.model.segmenters import segmenter_of
+
+    view = scores_view(model)
+    try:
+        segmenter = segmenter_of(probed_output(view, input_hw)[1])
+    except GradcamError:
+        segmenter = None
+    if segmenter is not None:
+        return segmenter_layer_paths(view, input_hw, segmenter.classes)
+    return default_layer_paths(model, arch, source, input_hw=input_hw)

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gradcam_cli.evaluate.overlap import class_overlap
 from gradcam_cli.found import Segment, Segments
 from gradcam_cli.geometry import Geometry, labels_to_original
 from gradcam_cli.outputs.detection_files import Pictures, detection_path, on_photo
@@ -91,6 +90,8 @@ def _overlap(labels: np.ndarray, found: Segments, names: Sequence[str] | None) -
     """With a true mask, every class the truth or the model gives a pixel: IoU, Dice, areas, over the photo."""
     if found.truth is None:
         return None
+    from gradcam_cli.evaluate.overlap import class_overlap  # only with truth: a run without it never loads evaluate/
+
     present = {int(c) for c in np.unique(labels) if c >= 0} | {int(c) for c in np.unique(found.truth) if c >= 0}
     figures = class_overlap(labels, found.truth, sorted(present))
     return [

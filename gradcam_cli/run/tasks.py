@@ -22,7 +22,7 @@ from gradcam_cli.cams.targets import TargetChoice, Targets, parse_class, target_
 from gradcam_cli.errors import UsageError
 from gradcam_cli.layers.defaults import default_layer_paths, segmenter_layer_paths
 from gradcam_cli.model.load import LoadedModel
-from gradcam_cli.model.segmenters import is_background, known_layers
+from gradcam_cli.model.segmenters import is_background
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.vocab import Combine, Method, TargetKind, Task
 
@@ -164,8 +164,7 @@ class SegmentTask:
 
     def layers(self, loaded: LoadedModel) -> list[str]:
         assert loaded.segmenter is not None
-        known = known_layers(loaded.model)
-        return known or segmenter_layer_paths(loaded.model, loaded.data_config.input_hw, loaded.segmenter.classes)
+        return segmenter_layer_paths(loaded.model, loaded.data_config.input_hw, loaded.segmenter.classes)
 
     def targets(self, settings: ExplainSettings, loaded: LoadedModel, outputs: int | None, warn: Callable[[str], None]) -> Targets:
         assert loaded.segmenter is not None
