@@ -316,6 +316,10 @@ def test_a_mask_file_and_the_true_mask_as_regions(run_cli, nets) -> None:
     record = _records(run_cli("explain", "two.png", "--model", "nets.py:Colours", *SIZE, "-o", "t", "--json", "--truth", "masks",
                               "--region", "truth", "--class", "2"))[0]  # fmt: skip
     assert [(s["class_index"], s["region"], s["area"]) for s in record["segments"]] == [(2, "truth", 1024)]
+    unmasked = run_cli("explain", "two.png", "green.png", "--model", "nets.py:Colours", *SIZE, "-o", "u", "--json", "--truth",
+                       "masks", "--region", "truth")  # fmt: skip
+    errors = {Path(r["input"]).name: r["error"] for r in unmasked.records()}
+    assert unmasked.code == 1 and errors["two.png"] is None and "--region truth: no mask in --truth names this image" in errors["green.png"]
 
 
 def test_explain_and_compare_on_a_segmenter(run_cli, nets) -> None:

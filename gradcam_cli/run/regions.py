@@ -30,6 +30,7 @@ class RegionReader:
         settings = run.settings
         region = settings.target.region
         self.box = region if isinstance(region, tuple) else None
+        self.over_truth = region == "truth"
         self.mask = _read_mask(settings.target.mask) if settings.target.mask is not None else None
         self.mask_name = str(settings.target.mask)
         self.truth = None
@@ -49,6 +50,8 @@ class RegionReader:
         """One image's named region and true mask in the input's pixels (its true mask in the photo's too)."""
         named, kind = self._named(geometry)
         truth = self.truth.of(path, geometry.original_hw) if self.truth is not None else None
+        if truth is None and self.over_truth:
+            raise InputError("⟨region=truth⟩: no mask in ⟨truth⟩ names this image; give its mask, or leave ⟨region⟩ out")
         if truth is None:
             return ImageRegions(named, kind)
         on_input = torch.from_numpy(labels_to_input(truth.astype(np.int64), geometry, fill=-1))
