@@ -2,7 +2,9 @@
 
 `AutoModelForImageClassification` builds the network, or
 `AutoModelForObjectDetection` where the config is a detector's (that mapping
-holds its class: DETR and its kin, read by model/hf_detectors.py); its
+holds its class: DETR and its kin, read by model/hf_detectors.py), or
+`AutoModelForSemanticSegmentation` where it is a segmenter's (its `logits`,
+(N, C, h, w), make it one by model/segmenters.py's rule); its
 `AutoImageProcessor` gives the preprocessing (size, crop, mean, std,
 resampling) and its config the class names (`id2label`). transformers is an optional extra, imported only when
 such a model is asked for (`pip install 'gradcam-cli[hf]'`); `hf-hub:` stays
@@ -11,7 +13,9 @@ timm's. The forward returns a `ModelOutput`: model/outputs.py finds its
 (they moved between transformers 4 and 5): the last `layernorm_before` of a
 ViT-like encoder (its head reads the class token, so the last block's input
 still carries the patch tokens), else the last stage of an encoder's `stages`
-(ConvNeXt, ResNet, RegNet) or `layers` (Swin, whose layers return tuples).
+(ConvNeXt, ResNet, RegNet) or `layers` (Swin, whose layers return tuples);
+a segmenter's is its deepest feature map as its decode head reads it
+(SEGMENTER_LAYERS).
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ from torch import nn
 
 PREFIX = "hf:"
 PIL_FILTERS = {number: name for name, number in PIL_RESAMPLE.items()}  # a processor's `resample` → its interpolation's name
+SEGMENTER_LAYERS = {  # a segmenter's model_type → where its decode head reads its deepest features, the first found
+    # SegFormer's head reads every encoder stage's output: the last stage's (transformers 5: `stages`, each a map; 4: the
+    # stage's closing `layer_norm`, tokens)
+    "segformer": ("segformer.stages", "segformer.encoder.layer_norm"),
+    # UperNet's head reads each backbone level through its norm (ConvNeXt, Swin): the last level's; else the head's own map
+    # of that level, its pyramid pooling's bottleneck
+    "upernet": ("backbone.hidden_states_norms", "decode_head.bottleneck"),
+}
 PREFIX_TOKENS = {"vit": 1, "beit": 1, "data2vec-vision": 1, "dinov2": 1, "deit": 2}  # class (and DeiT's distillation) tokens
 
 
@@ -46,7 +58,7 @@ def is_local(arch: str) -> bool:
 
 
 class HuggingFaceHub:
-    """transformers' image classifiers and object detectors, named with the 'hf:' prefix."""
+    """transformers' image classifiers, object detectors and semantic segmenters, named with the 'hf:' prefix."""
 
     name = "transformers"
     builds_unfilled = False  # transformers builds without initialising in its own from_pretrained
@@ -59,7 +71,8 @@ class HuggingFaceHub:
         return not is_local(arch)  # even random weights need the Hub's config
 
     def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
-        """The classifier or detector with its weights (or random ones from its config); a checkpoint's head size via num_labels."""
+        """The classifier, detector or segmenter with its weights (or random ones from its config); a checkpoint's head
+        size via num_labels."""
         transformers = _transformers()
         if is_local(arch) and not Path(arch).expanduser().is_dir():
             raise UsageError(f"⟨model=hf:{arch}⟩: no such folder", hint="give a folder written by save_pretrained, or hf:ORG/NAME")
@@ -113,7 +126,8 @@ class HuggingFaceHub:
         return names
 
     def default_layer(self, model: nn.Module, arch: str) -> str | None:
-        layers = self.stage_layers(model, arch)
+        """A segmenter's deepest feature map its head reads, else the last of the stages."""
+        layers = [found] if (found := segmenter_layer(model)) else self.stage_layers(model, arch)
         return layers[-1] if layers else None
 
     def stage_layers(self, model: nn.Module, arch: str) -> list[str] | None:
@@ -133,10 +147,41 @@ class HuggingFaceHub:
 
 def _auto_class(transformers: Any, config: Any) -> Any:
     """The Auto class that builds this config: the detector's where its object-detection mapping holds the config's
-    class, else the classifier's."""
+    class, the segmenter's where the config is one's, else the classifier's."""
     if type(config) in transformers.MODEL_FOR_OBJECT_DETECTION_MAPPING:
         return transformers.AutoModelForObjectDetection
+    if _segments(config):
+        return transformers.AutoModelForSemanticSegmentation
     return transformers.AutoModelForImageClassification
+
+
+def _segments(config: Any) -> bool:
+    """A segmenter's config: saved from the class the semantic-segmentation mapping holds for its type (a SegFormer
+    config also builds a classifier: its `architectures` tell which it was), or, naming none, of a type only that
+    mapping holds (UperNet)."""
+    from transformers.models.auto import modeling_auto
+
+    model_type = str(getattr(config, "model_type", ""))
+    segmenter = modeling_auto.MODEL_FOR_SEMANTIC_SEGMENTATION_MAPPING_NAMES.get(model_type)
+    if segmenter is None:
+        return False
+    architectures = list(getattr(config, "architectures", None) or [])
+    return segmenter in architectures if architectures else model_type not in modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES
+
+
+def segmenter_layer(model: nn.Module) -> str | None:
+    """A transformers segmenter's default layer (SEGMENTER_LAYERS; a list's last member), None for other models."""
+    config = getattr(model, "config", None)
+    if config is None or not type(model).__name__.endswith("ForSemanticSegmentation"):
+        return None
+    modules = dict(model.named_modules())
+    for path in SEGMENTER_LAYERS.get(str(getattr(config, "model_type", "")), ()):
+        module = modules.get(path)
+        if isinstance(module, (nn.ModuleList, nn.ModuleDict)):
+            return f"{path}.{list(module._modules)[-1]}" if len(module) else None
+        if module is not None:
+            return path
+    return None
 
 
 def detector_data_config(arch: str) -> DataConfig | None:

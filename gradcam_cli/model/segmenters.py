@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gradcam_cli.errors import ModelError
+from gradcam_cli.model.hf_hub import segmenter_layer as hf_segmenter_layer
 from gradcam_cli.model.outputs import pick_scores
 
 BACKGROUND_NAMES = frozenset({"background", "__background__", "_background_", "bg"})
@@ -73,11 +74,17 @@ def is_background(name: str | None) -> bool:
 
 def known_layers(model: nn.Module) -> list[str] | None:
     """Where a known family's head reads its features: torchvision's segmentation backbone output (`out`, LR-ASPP's
-    `high`): the layer pytorch-grad-cam's segmentation tutorial explains. None: the probe rule's (layers/defaults.py)."""
+    `high`), the layer pytorch-grad-cam's segmentation tutorial explains; a transformers segmenter's deepest feature
+    map its decode head reads (model/hf_hub.py). None: the probe rule's (layers/defaults.py)."""
+    layer = _torchvision_layer(model) or hf_segmenter_layer(model)
+    return [layer] if layer else None
+
+
+def _torchvision_layer(model: nn.Module) -> str | None:
     backbone = getattr(model, "backbone", None)
     returned = getattr(backbone, "return_layers", None)
     if not isinstance(returned, dict) or not type(model).__module__.startswith("torchvision.models.segmentation"):
         return None
     by_key = {str(value): str(key) for key, value in returned.items()}
     layer = by_key.get("out") or by_key.get("high")
-    return [f"backbone.{layer}"] if layer else None
+    return f"backbone.{layer}" if layer else None
