@@ -23,6 +23,7 @@ from torch import nn
 from gradcam_cli.errors import ModelError
 from gradcam_cli.model.hf_hub import segmenter_layer as hf_segmenter_layer
 from gradcam_cli.model.outputs import pick_scores
+from gradcam_cli.model.smp_hub import encoder_layer as smp_encoder_layer
 
 BACKGROUND_NAMES = frozenset({"background", "__background__", "_background_", "bg"})
 
@@ -75,8 +76,9 @@ def is_background(name: str | None) -> bool:
 def known_layers(model: nn.Module) -> list[str] | None:
     """Where a known family's head reads its features: torchvision's segmentation backbone output (`out`, LR-ASPP's
     `high`), the layer pytorch-grad-cam's segmentation tutorial explains; a transformers segmenter's deepest feature
-    map its decode head reads (model/hf_hub.py). None: the probe rule's (layers/defaults.py)."""
-    layer = _torchvision_layer(model) or hf_segmenter_layer(model)
+    map its decode head reads (model/hf_hub.py); a segmentation_models_pytorch encoder's last stage (model/smp_hub.py).
+    None: the probe rule's (layers/defaults.py)."""
+    layer = _torchvision_layer(model) or hf_segmenter_layer(model) or smp_encoder_layer(model)
     return [layer] if layer else None
 
 
