@@ -63,10 +63,12 @@ OPTIONS: tuple[Option, ...] = (
            doc="image files, folders, glob patterns (`'data/**/*.png'`), or `-` for paths on stdin (one per line)"),
     Option(name="model", flags=("--model", "-m"), kind=str, default=None, group="model", field="name", metavar="NAME",
            help="timm name (tags and hf-hub:ORG/NAME work), torchvision:ARCH, hf:ORG/NAME or hf:DIR (transformers), "
-                "yolo:best.pt or yolo:yolov8n.yaml (Ultralytics), or your code: path/net.py:build or package.module:build "
-                "(this runs that code).",
+                "yolo:best.pt or yolo:yolov8n.yaml (Ultralytics), smp:ARCH?KEY=VALUE&... (segmentation_models_pytorch), "
+                "or your code: path/net.py:build or package.module:build (this runs that code).",
            doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`), `torchvision:ARCH`, a transformers "
-               "classifier (`hf:ORG/NAME`, `hf:/saved/dir`; the `[hf]` extra), an Ultralytics YOLO detector "
+               "classifier, detector or segmenter (`hf:ORG/NAME`, `hf:/saved/dir`; the `[hf]` extra), a "
+               "segmentation_models_pytorch segmenter (`smp:Unet?encoder_name=resnet34&classes=3`, its arguments after "
+               "`?`; the `[smp]` extra), an Ultralytics YOLO detector "
                "(`yolo:path/to/best.pt` with `--trust-pickle`, or a config, `yolo:yolov8n.yaml`, with random weights; "
                "the `[yolo]` extra), or your own code: "
                "`path/to/net.py:build` or `package.module:build`, a callable returning an `nn.Module` (a class, a "

@@ -20,7 +20,9 @@ LAYERS_TABLE_OPTIONS = ("model_kwargs", "input_size", "trust_pickle")  # what bu
 
 def layers(
     ctx: typer.Context,
-    model: Annotated[str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:, hf:, yolo:, path/net.py:build).")],
+    model: Annotated[
+        str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:, hf:, yolo:, smp:, path/net.py:build).")
+    ],
     depth: Annotated[int | None, typer.Option("--depth", "-d", help="Show modules down to this depth.", min=0)] = None,
     filter_text: Annotated[str | None, typer.Option("--filter", "-f", help="Only modules whose name or type contains this.")] = None,
     json_lines: Annotated[bool, typer.Option("--json", help="One JSON record per module.")] = False,
