@@ -23,7 +23,7 @@ from torch import nn
 # extras, and our own code for other commands.
 NOT_IMPORTED = (
     "torch._dynamo", "torch._inductor", "triton", "sympy", "transformers", "ray", "scipy", "matplotlib", "pandas",
-    "open_clip", "ultralytics", "wandb", "tensorboard", "lightning", "rich",
+    "open_clip", "ultralytics", "segmentation_models_pytorch", "wandb", "tensorboard", "lightning", "rich",
     "gradcam_cli.report", "gradcam_cli.evaluate", "gradcam_cli.run.evaluation", "gradcam_cli.run.evaluation_extras",
     "gradcam_cli.run.ray_data", "gradcam_cli.outputs.grid", "gradcam_cli.outputs.charts", "gradcam_cli.outputs.bar_chart",
     "gradcam_cli.outputs.eval_files", "gradcam_cli.inputs.regions",
