@@ -186,6 +186,35 @@ def v8n_seg():
     return loaded, model
 
 
+def _segment_output(layout: str):
+    """A Segment head's eval output on a 64x64 input (84 anchors: 8², 4², 2²; 3 classes, 4 prototypes of 16x16) in
+    ultralytics 8.4's layout or 8.1-8.3's; "detect": 8.1-8.3's Detect head, its three levels' maps."""
+    g = torch.Generator().manual_seed(5)
+    anchors, classes, nm = 84, 3, 4
+    centres, sizes = torch.rand(1, 2, anchors, generator=g) * 64, 8 + torch.rand(1, 2, anchors, generator=g) * 24
+    scores, coefficients = torch.rand(1, classes, anchors, generator=g), torch.randn(1, nm, anchors, generator=g)
+    protos = torch.randn(1, nm, 16, 16, generator=g)
+    levels = [torch.zeros(1, 64 + classes, side, side) for side in (8, 4, 2)]
+    y = torch.cat([centres, sizes, scores, coefficients], 1)
+    if layout == "8.4":
+        return (y, protos), {"boxes": torch.zeros(1, 64, anchors), "scores": torch.logit(scores), "mask_coefficient": coefficients}
+    if layout == "8.3":
+        return y, (levels, coefficients, protos)
+    return y[:, : 4 + classes], levels
+
+
+def test_both_layouts_of_a_segment_heads_output_give_the_same_masks() -> None:
+    """8.4's `((y, protos), parts)` and 8.1-8.3's `(y, (levels, coefficients, protos))`; a Detect head's three levels'
+    maps are no Segment head's (no masks), and the same detections."""
+    from gradcam_cli.model.yolo_detectors import YoloDetectors
+
+    family = YoloDetectors()
+    (new,), (old,), (plain,) = (family.read(_segment_output(layout), "m", (64, 64)) for layout in ("8.4", "8.3", "detect"))
+    assert torch.equal(new.boxes, old.boxes) and torch.equal(new.boxes, plain.boxes) and plain.masks is None
+    assert new.masks.pixels().shape == (len(new), 64, 64) and torch.equal(new.masks.pixels(), old.masks.pixels())
+    assert new.masks.pixels().any()
+
+
 def test_a_segment_head_loads_as_a_detector(v8n_seg) -> None:
     loaded, _ = v8n_seg
     head = loaded.model.model[-1]

@@ -154,22 +154,30 @@ def predictions(output: Any, model_name: str) -> HeadOutput:
     """`y` of the rule, its anchors counted again in the head's parts, a Segment head's rows past the classes split off as
     its coefficients; else one line naming what came."""
     if isinstance(output, (tuple, list)) and len(output) == 2:
-        y, parts = output
-        protos = None
-        if isinstance(y, (tuple, list)) and len(y) == 2 and isinstance(y[1], torch.Tensor):  # 8.4's Segment: ((y, protos), parts)
-            y, protos = y
-        elif isinstance(parts, (tuple, list)) and len(parts) == 3 and isinstance(parts[2], torch.Tensor):  # 8.1-8.3's Segment
-            parts, protos = parts[0], parts[2]
-        nm = int(protos.shape[1]) if isinstance(protos, torch.Tensor) and protos.ndim == 4 else 0
+        y, parts, protos = _segment_parts(*output)
+        nm = int(protos.shape[1]) if protos is not None else 0
         if isinstance(y, torch.Tensor) and y.ndim == 3 and y.is_floating_point() and y.shape[1] > 4 + nm:
             classes = int(y.shape[1]) - 4 - nm
-            if _anchors(parts, classes) == y.shape[2] and (not nm or protos.shape[0] == y.shape[0]):  # type: ignore[union-attr]
-                return HeadOutput(y[:, : 4 + classes], y[:, 4 + classes :].detach() if nm else None, protos.detach() if nm else None)  # type: ignore[union-attr]
+            if _anchors(parts, classes) == y.shape[2] and (protos is None or protos.shape[0] == y.shape[0]):
+                if protos is None:
+                    return HeadOutput(y)
+                return HeadOutput(y[:, : 4 + classes], y[:, 4 + classes :].detach(), protos.detach())
     raise ModelError(
         f"{model_name} did not return what Ultralytics' Detect head returns in eval mode, (N, 4 + classes, anchors) boxes "
         f"and scores beside the head's parts (a Segment head's with its mask coefficients and prototypes): it returned "
         f"{described(output)}"
     )
+
+
+def _segment_parts(y: Any, parts: Any) -> tuple[Any, Any, torch.Tensor | None]:
+    """A Segment head's output as a Detect head's `(y, parts)` and its prototypes (N, nm, h, w): 8.4's `((y, protos),
+    parts)` or 8.1-8.3's `(y, (levels, coefficients, protos))`; a Detect head's as it is, no prototypes."""
+    protos = None
+    if isinstance(y, (tuple, list)) and len(y) == 2 and isinstance(y[1], torch.Tensor):
+        y, protos = y
+    elif isinstance(parts, (tuple, list)) and len(parts) == 3 and isinstance(parts[0], (tuple, list)):  # not 3 levels' maps
+        parts, protos = parts[0], parts[2]
+    return y, parts, protos if isinstance(protos, torch.Tensor) and protos.ndim == 4 else None
 
 
 def _anchors(parts: Any, classes: int) -> int | None:
