@@ -92,7 +92,7 @@ def load_model(
     with `model_kwargs` for the builder. `input_hw`, `mean`, `std` (0-1 scale), `interpolation` and `crop_pct`
     override the preprocessing the model comes with (a model of your own comes with ImageNet's); `ema=True` loads the
     checkpoint's EMA weights; `output` the key, attribute or index of the forward's result with the class scores.
-    `name` may be an Ultralytics YOLO detector, `"yolo:yolov8n.yaml"` (random weights: `pretrained=False`) or
+    `name` may be an Ultralytics YOLO detector or instance segmenter, `"yolo:yolov8n.yaml"` (random weights: `pretrained=False`) or
     `"yolo:path/to/best.pt"`, a pickle, loaded only with `trust_pickle=True`: loading it runs the code inside it.
     """
     preprocessing = checked_preprocessing(input_hw, mean, std, interpolation, crop_pct)
@@ -259,12 +259,11 @@ def explain(
     `image`: a file path, a PIL image or an (H, W, 3) uint8 RGB array; `model`: what load_model() returned (a name
     is loaded on every call). `layers` None takes the family default; `classes` None explains the top class (or the
     top `topk`), else an index or name, or a list of them: one ClassMap each. A detector's explanation has one
-    ObjectMap per detection scoring at least `score_threshold`, at most `max_detections` (of `classes` if given); a
-    segmenter's one RegionMap per class covering at least `min_area` of the image (or per class of `classes`).
-    `method` and `combine` None take the task's own (gradcam and mean; a detector's hirescam and sum; a segmenter's
-    hirescam and mean). The other
-    options are those of `gradcam explain` (README). The model is left as found: no hook, the same train/eval modes
-    and requires_grad.
+    ObjectMap per detection scoring at least `score_threshold`, at most `max_detections` (of `classes` if given; an
+    instance segmenter's with its `mask`); a segmenter's one RegionMap per class covering at least `min_area` of the
+    image (or per class of `classes`). `method` and `combine` None take the task's own (gradcam and mean; a
+    detector's hirescam and sum; a segmenter's hirescam and mean). The other options are those of `gradcam explain`
+    (README). The model is left as found: no hook, the same train/eval modes and requires_grad.
     """
     given = {k: v for k, v in locals().items() if k not in ("image", "model", "layers")}  # named as the option table
     ready = _ready(model)

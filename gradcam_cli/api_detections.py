@@ -41,6 +41,7 @@ class Kept:
         self.each = True  # every object's own overlay
         self.pictures: dict[str, Image.Image] = {}
         self.maps: dict[str, np.ndarray] = {}
+        self.masks: dict[str, np.ndarray] = {}
 
     def save(self, path: Path, rgb: np.ndarray) -> None:
         from PIL import Image
@@ -61,6 +62,10 @@ class Kept:
     def keep_map(self, which: str, cam: np.ndarray) -> None:
         cam.flags.writeable = False
         self.maps[which] = cam
+
+    def keep_mask(self, which: str, mask: np.ndarray) -> None:
+        mask.flags.writeable = False
+        self.masks[which] = mask
 
 
 def detection_explanation(run: PreparedRun, name: str, photo: np.ndarray, geometry: Geometry, cams: CamBatch) -> Explanation:
@@ -85,5 +90,5 @@ def _object(kept: Kept, base: PurePath, which: str, entry: DetectionRecord | Mis
     overlay = kept.pictures.get(detection_path(kept.namer, base, which).name)
     return ObjectMap(
         tuple(entry.box), entry.class_index, entry.class_name, score, kept.maps.get(which), overlay,  # type: ignore[arg-type]
-        replace(entry, overlay=None),
+        replace(entry, overlay=None), kept.masks.get(which),
     )  # fmt: skip

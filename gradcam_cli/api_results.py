@@ -41,6 +41,7 @@ class ObjectMap:
     map: np.ndarray | None = field(repr=False)  # float32 (H, W) in [0, 1] (None: a missed object without a candidate)
     overlay: Image.Image | None = field(repr=False)  # its whole map, only its box drawn
     record: DetectionRecord | MissedRecord = field(repr=False)  # the CLI record's entry, without file paths
+    mask: np.ndarray | None = field(default=None, repr=False)  # an instance segmenter's detection: bool (H, W) on the photo
 
 
 @dataclass(frozen=True, eq=False)

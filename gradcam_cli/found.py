@@ -1,5 +1,5 @@
-"""What a task found in an image, as results carry it to the writers: a detector's boxes and their judgement, a
-segmenter's regions.
+"""What a task found in an image, as results carry it to the writers: a detector's boxes (an instance segmenter's with
+their masks) and their judgement, a segmenter's regions.
 
 A leaf (torch only): the detector families (model/) read their outputs into
 `Detections`, the detection targets (cams/) pick from them, the judge (run/)
@@ -10,6 +10,7 @@ importing each other; a segmenter's targets (cams/segments.py) say its
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,23 +18,62 @@ import torch
 
 
 @dataclass(frozen=True)
+class Masks:
+    """Each detection's mask, made only when asked for: (K, H, W) bool in the input's pixels, an instance's pixels True.
+
+    A mask is an image's worth of pixels, and a family reads far more detections than are explained (Ultralytics'
+    NMS keeps up to 300 an image, every perturbed forward of `gradcam eval` is read again): `make` turns the family's
+    own indices into masks, and only the kept detections' are made, when the batch goes to the CPU for the writers.
+    """
+
+    make: Callable[[torch.Tensor], torch.Tensor]  # the family's detection indices (k,) → their masks (k, H, W) bool
+    index: torch.Tensor  # (K,) which of the family's detections these are
+
+    @staticmethod
+    def of(pixels: torch.Tensor) -> Masks:
+        """Masks already made, (K, H, W)."""
+        return Masks(lambda index: pixels[index.to(pixels.device)], torch.arange(int(pixels.shape[0])))
+
+    def take(self, index: torch.Tensor) -> Masks:
+        return Masks(self.make, self.index[index.to(self.index.device)])
+
+    def pixels(self) -> torch.Tensor:
+        """The masks, made: (K, H, W) bool."""
+        return self.make(self.index).bool()
+
+    def cpu(self) -> Masks:
+        """Made, on the CPU: the writer threads never call back into a family's tensors."""
+        return Masks.of(self.pixels().cpu())
+
+
+@dataclass(frozen=True)
 class Detections:
     """One image's detections as the model scored them: boxes (K, 4) x1, y1, x2, y2 in the input's pixels,
-    labels (K,) class indices, scores (K,), in the forward's graph until `cpu()`."""
+    labels (K,) class indices, scores (K,), in the forward's graph until `cpu()`; an instance segmenter's masks too
+    (Mask R-CNN, Ultralytics' Segment head), each detection's pixels of the input, None for a box-only detector."""
 
     boxes: torch.Tensor
     scores: torch.Tensor
     labels: torch.Tensor
+    masks: Masks | None = None
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])
 
     def cpu(self) -> Detections:
-        """Detached on the CPU, for the writer threads."""
-        return Detections(self.boxes.detach().float().cpu(), self.scores.detach().float().cpu(), self.labels.detach().cpu())
+        """Detached on the CPU, the masks made, for the writer threads."""
+        return Detections(
+            self.boxes.detach().float().cpu(), self.scores.detach().float().cpu(), self.labels.detach().cpu(),
+            None if self.masks is None else self.masks.cpu(),
+        )  # fmt: skip
+
+    def detached(self) -> Detections:
+        """Out of the graph, where it is (what the engine keeps of a reading)."""
+        return Detections(self.boxes.detach(), self.scores.detach(), self.labels.detach(), self.masks)
 
     def take(self, index: torch.Tensor) -> Detections:
-        return Detections(self.boxes[index], self.scores[index], self.labels[index])
+        masks = None if self.masks is None else self.masks.take(index)
+        return Detections(self.boxes[index], self.scores[index], self.labels[index], masks)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class DetectionTargets:
             targets=torch.stack(labels) if labels else torch.zeros((n, 0), dtype=torch.long),
             logits=scores.detach(),
             chosen=chosen,
-            found=[Detections(f.boxes.detach(), f.scores.detach(), f.labels.detach()) for f in per_image],
+            found=[f.detached() for f in per_image],
         )
 
 

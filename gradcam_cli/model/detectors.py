@@ -9,7 +9,7 @@ feature maps their heads read (the default layers), and how their output
 reads as `Detections`: one per image, scores still in the graph, so each
 detection's own score can be differentiated. torchvision's detectors are the
 first family (any model built of their classes: the shipped example detector
-too); transformers' DETRs (model/hf_detectors.py) and Ultralytics' YOLO
+too; Mask R-CNN's masks ride along with its boxes, found.Masks); transformers' DETRs (model/hf_detectors.py) and Ultralytics' YOLO
 (model/yolo_detectors.py) follow behind the same protocol.
 """
 
@@ -23,13 +23,14 @@ import torch
 from torch import nn
 
 from gradcam_cli.errors import ModelError
-from gradcam_cli.found import Detections
+from gradcam_cli.found import Detections, Masks
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.model.hf_detectors import HfDetectors
 from gradcam_cli.model.sparse_roi_align import pooling_sparsely
 from gradcam_cli.model.yolo_detectors import YoloDetectors
 
 UNIT_MEAN, UNIT_STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)  # pixels in [0, 1]: the model normalises them itself
+MASK_THRESHOLD = 0.5  # torchvision's documented threshold of Mask R-CNN's mask probabilities
 
 
 class DetectorFamily(Protocol):
@@ -41,8 +42,9 @@ class DetectorFamily(Protocol):
         """Whether the model is one of this family's."""
 
     def read(self, output: Any, model_name: str, input_hw: tuple[int, int]) -> list[Detections]:
-        """The forward's result as one Detections per image; `input_hw` is the input's size, where a family whose boxes
-        are relative to it (transformers') takes their pixels from."""
+        """The forward's result as one Detections per image (an instance segmenter's with their masks, at the input's
+        size); `input_hw` is the input's size, where a family whose boxes are relative to it (transformers') takes their
+        pixels from."""
 
     def data_config(self, model: nn.Module) -> DataConfig:
         """The input the model takes: its size and how a photo is fitted into it."""
@@ -61,7 +63,8 @@ class DetectorFamily(Protocol):
 
     def every_candidate(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         """While inside, the model's forward returns every candidate it scored (no score threshold, no suppression, no
-        cap), each with its score for its class: where a missed object's best candidate is found."""
+        cap), each with its score for its class: where a missed object's best candidate is found (their masks, which
+        no candidate needs, may be left out)."""
 
     def explaining(self, model: nn.Module) -> contextlib.AbstractContextManager[object]:
         """While its detections are explained: what makes each one's backward cheap (the same gradients), if anything."""
@@ -79,12 +82,14 @@ class TorchvisionDetectors:
         )
 
     def read(self, output: Any, model_name: str, input_hw: tuple[int, int]) -> list[Detections]:
-        """torchvision's eval-mode result: one dict of boxes, labels and scores per image (boxes already in pixels)."""
+        """torchvision's eval-mode result: one dict of boxes, labels and scores per image (boxes already in pixels), and
+        Mask R-CNN's `masks`, (K, 1, H, W) probabilities pasted at the input's size, each thresholded at 0.5 as
+        torchvision's documentation does (made only for the kept detections, found.Masks)."""
         if not isinstance(output, (list, tuple)) or not all(
             isinstance(o, dict) and {"boxes", "scores", "labels"} <= o.keys() for o in output
         ):
             raise ModelError(f"{model_name} did not return torchvision's detections (a list of dicts of boxes, scores, labels)")
-        return [Detections(o["boxes"], o["scores"], o["labels"]) for o in output]
+        return [Detections(o["boxes"], o["scores"], o["labels"], _thresholded(o.get("masks"))) for o in output]
 
     def data_config(self, model: nn.Module) -> DataConfig:
         """A square of the transform's short side, the photo letterboxed into it (its transform keeps that size);
@@ -143,16 +148,30 @@ class TorchvisionDetectors:
 
     @contextlib.contextmanager
     def every_candidate(self, model: nn.Module) -> Iterator[None]:
-        """The score threshold at 0, NMS at IoU 1 (nothing suppressed), no cap; restored on the way out."""
+        """The score threshold at 0, NMS at IoU 1 (nothing suppressed), no cap, and Mask R-CNN's mask branch off (it would
+        paste a mask at the input's size for each of the tens of thousands of candidates, which need only their
+        scores); restored on the way out."""
         owners = [owner for owner in (model, getattr(model, "roi_heads", None)) if owner is not None]
         saved = [(owner, name, getattr(owner, name)) for owner in owners for name, _ in self.OPEN if hasattr(owner, name)]
+        opened = {**dict(self.OPEN), "mask_roi_pool": None}
+        heads: Any = getattr(model, "roi_heads", None)
+        if getattr(heads, "mask_roi_pool", None) is not None:
+            saved.append((heads, "mask_roi_pool", heads.mask_roi_pool))  # RoIHeads.has_mask() is False without it
         try:
             for owner, name, _ in saved:
-                setattr(owner, name, dict(self.OPEN)[name])
+                setattr(owner, name, opened[name])
             yield
         finally:
             for owner, name, value in saved:
                 setattr(owner, name, value)
+
+
+def _thresholded(masks: Any) -> Masks | None:
+    """Mask R-CNN's (K, 1, H, W) mask probabilities as masks made on demand: the pixels at 0.5 or more."""
+    if not isinstance(masks, torch.Tensor) or masks.ndim != 4:
+        return None
+    soft = masks.detach()
+    return Masks(lambda index: soft[index.to(soft.device), 0] >= MASK_THRESHOLD, torch.arange(int(soft.shape[0]), device=soft.device))
 
 
 FAMILIES: tuple[DetectorFamily, ...] = (TorchvisionDetectors(), HfDetectors(), YoloDetectors())

@@ -199,10 +199,14 @@ def _unpickled(tasks: ModuleType, path: Path, label: str) -> Any:
 
 
 def checked(model: nn.Module, label: str) -> nn.Module:
-    """The model in eval mode, its head a plain detector's on its one-to-many branch, its output read once from a blank input."""
+    """The model in eval mode, its head a detector's or an instance segmenter's on its one-to-many branch, its output read
+    once from a blank input."""
     head: Any = head_of(model)
     if not is_ultralytics_model(model) or head is None or type(head).__name__ not in HEADS:
-        raise UsageError(f"{label} is not a detector: its head is {type(head).__name__}; only YOLO detectors (a Detect head) are explained")
+        raise UsageError(
+            f"{label} is not a detector: its head is {type(head).__name__}; only YOLO detectors and instance segmenters "
+            "(a Detect or Segment head) are explained"
+        )
     if getattr(head, "one2one_cv2", None) is not None:
         head.end2end = False  # what 8.4's predict sets with `nms` unset: the one-to-many branch, then NMS
     model.eval()

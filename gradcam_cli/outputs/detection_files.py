@@ -7,6 +7,13 @@ every box drawn in its colour with class and score. `--each` adds
 evidence it draws from outside its box shows too. The record lists each
 detection with its box in the photo's pixels and two localisation figures of
 its map: the share of its energy inside the box, and whether its peak is in it.
+An instance segmenter's detection (found.Masks) also has its mask outlined in
+its colour (outputs/outlines.py), in both pictures, beside its box: the box
+keeps its label and frames its map, as the score, the truth's matching and
+`energy_in_box` read boxes, and the outline shows which of its pixels the
+model calls the object. Its record adds the mask's area and its map's share of
+energy inside it. Masks come back on the photo as a segmenter's regions do
+(geometry.labels_to_original: the input pixel under each photo pixel's centre).
 Maps are put back on the photo one at a time, so memory holds one map, not twenty.
 """
 
@@ -19,9 +26,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from gradcam_cli.geometry import Geometry, boxes_to_original, map_to_original
+from gradcam_cli.geometry import Geometry, boxes_to_original, labels_to_original, map_to_original
 from gradcam_cli.outputs.boxes import DrawnBox, draw_boxes
 from gradcam_cli.outputs.naming import OutputNamer
+from gradcam_cli.outputs.outlines import DrawnRegion, draw_outlines
 from gradcam_cli.outputs.picture import draw
 from gradcam_cli.outputs.records import DetectionRecord, ImageRecord, MissedRecord, class_name
 from gradcam_cli.found import Judged
@@ -53,6 +61,9 @@ class Pictures(Protocol):
     def keep_map(self, which: str, cam: np.ndarray) -> None:
         """One object's map on the photo (`det0`, `miss1`), for a caller that returns maps; the writer keeps none."""
 
+    def keep_mask(self, which: str, mask: np.ndarray) -> None:
+        """An instance segmenter's detection's mask on the photo (`det0`), bool, for a caller that returns them."""
+
 
 def detection_path(namer: OutputNamer, base: PurePath, which: str) -> Path:
     """`NAME.EXT.METHOD.detN.png` (a detection) or `.missN.png` (a missed object) beside the image's picture."""
@@ -75,14 +86,19 @@ def write_detections(
     picture, _, _ = out.namer.paths(base, None, False)
     canvas = Canvas(np.zeros(image.shape[:2], np.float32), [])  # each map renormalised inside its own box
     boxes = boxes_to_original(detections.boxes, geometry).tolist() if len(detections) else []
+    masks = detections.masks.pixels().cpu().numpy() if detections.masks is not None else None
     records = []
     for k in cams.ranks(row):
         cam = on_photo(out, cams.maps[row, k], geometry)
         out.keep_map(f"det{k}", cam)
         index, score = int(detections.labels[k]), float(detections.scores[k])
         box = DrawnBox(tuple(boxes[k]), label_of(out.class_names, index, score), k)
-        energy, peak = canvas.add(cam, boxes[k], box)
-        each = _write_each(out, image, cam, box, detection_path(out.namer, base, f"det{k}")) if out.each else None
+        outline = None if masks is None else DrawnRegion(labels_to_original(masks[k], geometry, fill=False), "", k)
+        if outline is not None:
+            out.keep_mask(f"det{k}", outline.region)
+        energy, peak = canvas.add(cam, boxes[k], box, outline)
+        own = detection_path(out.namer, base, f"det{k}")
+        each = _write_each(out, image, cam, box, own, outline) if out.each else None
         records.append(
             DetectionRecord(
                 rank=k,
@@ -96,12 +112,14 @@ def write_detections(
                 overlay=str(each) if each else None,
                 match=None if judged is None else ("tp" if judged.match[k] is not None else "fp"),
                 iou=None if judged is None else round(judged.iou[k], 6),
+                mask_area=None if outline is None else int(outline.region.sum()),
+                energy_in_mask=None if outline is None else in_mask(cam, outline.region),
             )  # fmt: skip
         )
     missed = [_missed(out, image, geometry, judged, j, canvas, base) for j in range(len(judged.missed))] if judged else None
     caption = f"{len(records)} detection{'s' * (len(records) != 1)}" + (f", {len(missed)} missed" if missed else "")
     caption += f"  {out.context['method']} @ {', '.join(out.context['layers'])}"
-    _write_picture(out, picture, image, canvas.shown, canvas.boxes, caption if out.caption else None)
+    _write_picture(out, picture, image, canvas.shown, canvas.boxes, caption if out.caption else None, canvas.outlines)
     written = [r.overlay for r in records if r.overlay] + [m.overlay for m in missed or [] if m.overlay]
     return ImageRecord(
         input=str(path), ok=True, width=int(image.shape[1]), height=int(image.shape[0]), outputs=[str(picture), *written],
@@ -110,18 +128,24 @@ def write_detections(
 
 
 class Canvas:
-    """The image's picture as it is built: each object's map inside its own box, and the boxes to draw."""
+    """The image's picture as it is built: each object's map inside its own box, the boxes and masks' outlines to draw."""
 
     def __init__(self, shown: np.ndarray, boxes: list[DrawnBox]) -> None:
         self.shown, self.boxes = shown, boxes
+        self.outlines: list[DrawnRegion] = []
 
-    def add(self, cam: np.ndarray, box: list[float], drawn: DrawnBox) -> tuple[float | None, bool | None]:
-        """The map put in its box (the brighter where boxes overlap), the box kept; its energy in the box and peak."""
+    def add(
+        self, cam: np.ndarray, box: list[float], drawn: DrawnBox, outline: DrawnRegion | None = None
+    ) -> tuple[float | None, bool | None]:
+        """The map put in its box (the brighter where boxes overlap), the box (and its mask's outline) kept; its energy
+        in the box and peak."""
         inside, energy, peak = _in_box(cam, box)
         if inside is not None:
             x1, y1, x2, y2 = box_pixels(box, cam.shape)
             np.maximum(self.shown[y1:y2, x1:x2], inside, out=self.shown[y1:y2, x1:x2])
         self.boxes.append(drawn)
+        if outline is not None:
+            self.outlines.append(outline)
         return energy, peak
 
 
@@ -188,16 +212,29 @@ def _in_box(cam: np.ndarray, box: list[float]) -> tuple[np.ndarray | None, float
     return inside.astype(np.float32), energy, peak
 
 
-def _write_each(out: Pictures, image: np.ndarray, cam: np.ndarray, box: DrawnBox, path: Path) -> Path:
-    """One object's whole map with only its box."""
-    _write_picture(out, path, image, cam, [box], None)
+def in_mask(cam: np.ndarray, mask: np.ndarray) -> float | None:
+    """The share of a map's energy (its sum) in a mask's pixels on the photo; None when the map is all zeros or the
+    mask has no pixel (as `in_box` for a box that covers none)."""
+    total = float(cam.sum())
+    if total <= 0 or not mask.any():
+        return None
+    return round(float(cam[mask].sum()) / total, 6)
+
+
+def _write_each(out: Pictures, image: np.ndarray, cam: np.ndarray, box: DrawnBox, path: Path, outline: DrawnRegion | None = None) -> Path:
+    """One object's whole map with only its box (and its mask's outline)."""
+    _write_picture(out, path, image, cam, [box], None, [] if outline is None else [outline])
     return path
 
 
-def _write_picture(out: Pictures, path: Path, image: np.ndarray, shown: np.ndarray, boxes: list[DrawnBox], caption: str | None) -> None:
-    """The map in the run's style, the boxes over it, the caption under it; stamped and written atomically."""
+def _write_picture(
+    out: Pictures, path: Path, image: np.ndarray, shown: np.ndarray, boxes: list[DrawnBox], caption: str | None,
+    outlines: list[DrawnRegion] | None = None,
+) -> None:  # fmt: skip
+    """The map in the run's style, the masks' outlines and then the boxes over it (the labels on top), the caption under
+    it; stamped and written atomically."""
     rgb = draw(image, shown, style=out.style, colormap=out.colormap, alpha=out.alpha)
-    rgb = draw_boxes(rgb, boxes)
+    rgb = draw_boxes(draw_outlines(rgb, outlines) if outlines else rgb, boxes)
     if caption:
         from gradcam_cli.outputs.picture import captioned
 

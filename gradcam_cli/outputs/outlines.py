@@ -1,9 +1,11 @@
-"""Regions outlined on a picture: a segmenter's explained regions, each in its own colour with its class and area.
+"""Regions outlined on a picture: a segmenter's explained regions, each in its own colour with its class and area, and
+an instance segmenter's masks, each in its detection's colour.
 
 The outline follows the region's edge (OpenCV's contours of its pixels), sized
 from the picture as boxes are (outputs/boxes.py), its label on a band at the
-top of the region's bounding box; a missed region (truth says the class, the
-model does not) is drawn in dashes.
+top of the region's bounding box (none for an empty label: a detection's mask,
+whose box carries it); a missed region (truth says the class, the model does
+not) is drawn in dashes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from gradcam_cli.outputs.text import font, one_line
 
 @dataclass(frozen=True)
 class DrawnRegion:
-    """A region to outline: its pixels on the picture (H, W) bool, its label, its colour's number, dashed or not."""
+    """A region to outline: its pixels on the picture (H, W) bool, its label ("": none), its colour's number, dashed or not."""
 
     region: np.ndarray
     label: str
@@ -48,7 +50,7 @@ def draw_outlines(picture: np.ndarray, regions: list[DrawnRegion]) -> np.ndarray
         else:
             cv2.drawContours(out, contours, -1, colour, line)
         ys, xs = np.nonzero(drawn.region)
-        if len(xs):
+        if len(xs) and drawn.label:
             corners.append((drawn, (int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1), colour))
     canvas = Image.fromarray(out)
     pen = ImageDraw.Draw(canvas)

@@ -70,6 +70,8 @@ class DetectionRecord:
     overlay: str | None = None  # ⟨each⟩: its own picture
     match: str | None = None  # with ⟨truth⟩: "tp" (it matches a true box of its class at ⟨iou⟩) or "fp"; None: no truth
     iou: float | None = None  # with ⟨truth⟩: its IoU with the true box it matched, else with the best true box of its class
+    mask_area: int | None = None  # an instance segmenter's: its mask's pixels on the photo (None: a box-only detector)
+    energy_in_mask: float | None = None  # the share of its map's energy inside its mask (None: box-only, a blank map, no pixel)
 
     def __post_init__(self) -> None:
         _utf8_fields(self, ("class_name", "overlay"))

@@ -222,6 +222,9 @@ class ResultWriter:
     def keep_map(self, which: str, cam: np.ndarray) -> None:
         """The files hold the maps; nothing else keeps them."""
 
+    def keep_mask(self, which: str, mask: np.ndarray) -> None:
+        """The records hold the masks' areas; nothing else keeps them."""
+
     def stamped(self, png: bytes) -> bytes:
         """A PNG that says what made it (outputs/provenance.py)."""
         return with_text(png, STAMP_KEY, self.provenance.text)

@@ -93,7 +93,8 @@ TARGET = shaped(
 SETTINGS = shaped({"norm": TEXT, "colormap": TEXT})
 FOUND = shaped(  # records.DetectionRecord: a kept detection (its match "tp" or "fp" where the truth was given)
     {"rank": WHOLE, "box": is_box, "class_index": WHOLE, "class_name": TEXT, "score": is_number, "blank": FLAG,
-     "energy_in_box": NUMBER, "peak_in_box": FLAG, "overlay": TEXT, "match": optional(lambda m: m in ("tp", "fp")), "iou": NUMBER},
+     "energy_in_box": NUMBER, "peak_in_box": FLAG, "overlay": TEXT, "match": optional(lambda m: m in ("tp", "fp")), "iou": NUMBER,
+     "mask_area": WHOLE, "energy_in_mask": NUMBER},
     required=("box", "score"),
 )  # fmt: skip
 MISSED = shaped(  # records.MissedRecord: a true object no kept detection matched
