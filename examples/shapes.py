@@ -8,7 +8,9 @@ classifier cannot succeed by just finding "the only non-uniform region", yet
 the clutter never contains anything shaped like a class at a similar size.
 
 ``make_detection_scene`` draws several such shapes (no two boxes touching) on
-the same background, for training and checking the example object detector.
+the same background, for training and checking the example object detector;
+``make_segmentation_scene`` draws the same scenes with a per-pixel class mask,
+for the example semantic segmenter.
 
 Only numpy and Pillow are needed.
 """
@@ -20,7 +22,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-__all__ = ["CLASSES", "make_detection_scene", "make_scene", "shape_polygon"]
+__all__ = ["CLASSES", "make_detection_scene", "make_scene", "make_segmentation_scene", "shape_polygon"]
 
 CLASSES: list[str] = ["circle", "square", "triangle", "star"]
 
@@ -128,14 +130,17 @@ def make_scene(
     tilt = math.radians(rng.uniform(-_MAX_TILT_DEG, _MAX_TILT_DEG))
     pts = shape_polygon(cls, cx, cy, r, _UPRIGHT[CLASSES[cls]] + tilt)
 
-    return img, cls, _paste_shape(img, rng, pts, bg_mean)
+    return img, cls, _paste_shape(img, rng, pts, bg_mean)[0]
 
 
 def _paste_shape(
     img: Image.Image, rng: np.random.Generator, pts: list[tuple[float, float]], bg_mean: np.ndarray
-) -> tuple[int, int, int, int]:
-    """Fill polygon ``pts`` with a contrasting colour, mildly textured so "flat colour" isn't the only cue; returns
-    its tight box."""
+) -> tuple[tuple[int, int, int, int], Image.Image]:
+    """Fill polygon ``pts`` with a contrasting colour, mildly textured so "flat colour" isn't the only cue.
+
+    Returns its tight box and the 0/255 mask it was pasted through: exactly the
+    pixels the shape covers, which a segmentation scene needs as its truth.
+    """
     width, height = img.size
     mask = Image.new("L", (width, height), 0)
     ImageDraw.Draw(mask).polygon(pts, fill=255)
@@ -144,12 +149,56 @@ def _paste_shape(
     img.paste(Image.fromarray(np.clip(fg, 0, 255).astype(np.uint8), "RGB"), (0, 0), mask)
     bbox = mask.getbbox()
     assert bbox is not None
-    return tuple(int(v) for v in bbox)  # type: ignore[return-value]
+    return tuple(int(v) for v in bbox), mask  # type: ignore[return-value]
 
 
 def _boxes_overlap(a: tuple[float, float, float, float], b: tuple[float, float, float, float], gap: float) -> bool:
     """True when boxes ``a`` and ``b`` come closer than ``gap`` pixels."""
     return a[0] < b[2] + gap and b[0] < a[2] + gap and a[1] < b[3] + gap and b[1] < a[3] + gap
+
+
+def _check_scene_args(width: int, height: int, count_range: tuple[int, int]) -> None:
+    """The scene makers' shared argument checks: a usable size and a count range of at least one shape."""
+    if width < 16 or height < 16:
+        raise ValueError("scene must be at least 16x16 pixels")
+    lo, hi = count_range
+    if not 1 <= lo <= hi:
+        raise ValueError(f"count_range must satisfy 1 <= min <= max, got {count_range}")
+
+
+def _place_shapes(
+    img: Image.Image,
+    rng: np.random.Generator,
+    bg_mean: np.ndarray,
+    count_range: tuple[int, int],
+    size_range: tuple[float, float],
+    max_tries: int,
+) -> list[tuple[int, tuple[int, int, int, int], Image.Image]]:
+    """Paste ``count_range[0]``..``count_range[1]`` shapes, boxes apart, onto ``img``.
+
+    Returns ``(class_index, box, mask)`` per shape in drawing order (see
+    :func:`make_detection_scene` for the placement rule).  One loop serves
+    detection and segmentation scenes, so both draw the same shapes in the same
+    random order: a given ``rng`` state gives the same shapes either way.
+    """
+    width, height = img.size
+    m = min(width, height)
+    shapes: list[tuple[int, tuple[int, int, int, int], Image.Image]] = []
+    placed: list[tuple[float, float, float, float]] = []
+    for _ in range(int(rng.integers(count_range[0], count_range[1] + 1))):
+        cls = int(rng.integers(len(CLASSES)))
+        for _ in range(max_tries):
+            r = rng.uniform(*size_range) * m / 2
+            cx, cy = rng.uniform(r + 1, width - r - 1), rng.uniform(r + 1, height - r - 1)
+            tilt = math.radians(rng.uniform(-_MAX_TILT_DEG, _MAX_TILT_DEG))
+            pts = shape_polygon(cls, cx, cy, r, _UPRIGHT[CLASSES[cls]] + tilt)
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            box = (min(xs) - 1, min(ys) - 1, max(xs) + 1, max(ys) + 1)  # a little wider than the drawn pixels
+            if not any(_boxes_overlap(box, b, gap=2) for b in placed):
+                placed.append(box)
+                shapes.append((cls, *_paste_shape(img, rng, pts, bg_mean)))
+                break
+    return shapes
 
 
 def make_detection_scene(
@@ -170,29 +219,35 @@ def make_detection_scene(
     (at most ``max_tries`` times); if none fits, the scene keeps fewer shapes,
     but never fewer than one.  Deterministic for a given ``rng`` state.
     """
-    if width < 16 or height < 16:
-        raise ValueError("scene must be at least 16x16 pixels")
-    lo, hi = count_range
-    if not 1 <= lo <= hi:
-        raise ValueError(f"count_range must satisfy 1 <= min <= max, got {count_range}")
+    _check_scene_args(width, height, count_range)
     img, bg_mean = _background(rng, width, height)
-    m = min(width, height)
-    objects: list[tuple[int, tuple[int, int, int, int]]] = []
-    placed: list[tuple[float, float, float, float]] = []
-    for _ in range(int(rng.integers(lo, hi + 1))):
-        cls = int(rng.integers(len(CLASSES)))
-        for _ in range(max_tries):
-            r = rng.uniform(*size_range) * m / 2
-            cx, cy = rng.uniform(r + 1, width - r - 1), rng.uniform(r + 1, height - r - 1)
-            tilt = math.radians(rng.uniform(-_MAX_TILT_DEG, _MAX_TILT_DEG))
-            pts = shape_polygon(cls, cx, cy, r, _UPRIGHT[CLASSES[cls]] + tilt)
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            box = (min(xs) - 1, min(ys) - 1, max(xs) + 1, max(ys) + 1)  # a little wider than the drawn pixels
-            if not any(_boxes_overlap(box, b, gap=2) for b in placed):
-                placed.append(box)
-                objects.append((cls, _paste_shape(img, rng, pts, bg_mean)))
-                break
-    return img, objects
+    shapes = _place_shapes(img, rng, bg_mean, count_range, size_range, max_tries)
+    return img, [(cls, box) for cls, box, _ in shapes]
+
+
+def make_segmentation_scene(
+    rng: np.random.Generator,
+    width: int,
+    height: int,
+    count_range: tuple[int, int] = (1, 3),
+    size_range: tuple[float, float] = (_MIN_FRAC, _MAX_FRAC),
+    max_tries: int = 50,
+) -> tuple[Image.Image, np.ndarray]:
+    """A detection scene with a per-pixel truth: ``(image, mask)``.
+
+    ``mask`` is a uint8 ``(height, width)`` array of class indices: 0 for
+    background, ``1 + k`` where shape ``CLASSES[k]`` was pasted (exactly the
+    polygon's pixels, the same mask the colour went through).  Boxes keep 2 px
+    apart, so no two shapes share a pixel.  Scenes are those of
+    :func:`make_detection_scene`: for the same ``rng`` state and arguments the
+    image is pixel for pixel the same.
+    """
+    _check_scene_args(width, height, count_range)
+    img, bg_mean = _background(rng, width, height)
+    mask = np.zeros((height, width), np.uint8)
+    for cls, _, shape_mask in _place_shapes(img, rng, bg_mean, count_range, size_range, max_tries):
+        mask[np.asarray(shape_mask) > 0] = cls + 1
+    return img, mask
 
 
 if __name__ == "__main__":  # quick visual check: python examples/shapes.py out.png
