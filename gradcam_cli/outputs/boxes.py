@@ -60,17 +60,34 @@ def draw_boxes(picture: np.ndarray, boxes: list[DrawnBox]) -> np.ndarray:
 
 
 def label_band(
-    pen: object, face: object, text: str, box: tuple[int, int, int, int], colour: tuple[int, int, int], size: tuple[int, int]
+    pen: object,
+    face: object,
+    text: str,
+    box: tuple[int, int, int, int],
+    colour: tuple[int, int, int],
+    size: tuple[int, int],
+    taken: list[tuple[int, int, int, int]] | None = None,
 ) -> None:
-    """The label on a filled band at the box's top edge: above it, or inside when the picture's top is too near."""
+    """The label on a filled band at the box's top edge: above it, or inside when the picture's top is too near; with
+    `taken` (the bands drawn so far), moved down past any it would cover, and added to them."""
     left, top, right, bottom = pen.textbbox((0, 0), text, font=face)  # type: ignore[attr-defined]
     text_w, text_h = right - left, bottom - top
     pad = max(1, text_h // 4)
     x = min(max(0, box[0]), max(0, size[0] - text_w - 2 * pad))
     y = box[1] - text_h - 2 * pad if box[1] - text_h - 2 * pad >= 0 else box[1]
-    pen.rectangle((x, y, x + text_w + 2 * pad, y + text_h + 2 * pad), fill=colour)  # type: ignore[attr-defined]
+    band = (x, y, x + text_w + 2 * pad, y + text_h + 2 * pad)
+    while taken is not None and any(_overlap(band, other) for other in taken) and band[3] + text_h + 2 * pad <= size[1]:
+        band = (band[0], band[1] + text_h + 2 * pad, band[2], band[3] + text_h + 2 * pad)
+    x, y = band[0], band[1]
+    if taken is not None:
+        taken.append(band)
+    pen.rectangle(band, fill=colour)  # type: ignore[attr-defined]
     light = sum(colour) > 3 * 150
     pen.text((x + pad - left, y + pad - top), text, fill=(0, 0, 0) if light else (255, 255, 255), font=face)  # type: ignore[attr-defined]
+
+
+def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
 def _dashed(pen: object, box: tuple[int, int, int, int], colour: tuple[int, int, int], width: int, dash: int) -> None:

@@ -55,6 +55,7 @@ def draw_outlines(picture: np.ndarray, regions: list[DrawnRegion]) -> np.ndarray
     canvas = Image.fromarray(out)
     pen = ImageDraw.Draw(canvas)
     face = font(max(MIN_LABEL_PX, round(short * LABEL_FRACTION)))
+    taken: list[tuple[int, int, int, int]] = []  # two regions labelled at one corner: the second band below the first
     for drawn, box, colour in corners:
-        label_band(pen, face, one_line(drawn.label), box, colour, (width, height))
+        label_band(pen, face, one_line(drawn.label), box, colour, (width, height), taken)
     return np.asarray(canvas)
