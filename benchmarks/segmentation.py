@@ -3,7 +3,9 @@
 One run, the programs alternating, each a fresh process timed end to end
 (start-up and model build included, peak RSS from the kernel): 512x512 JPEG
 shapes scenes, torchvision's deeplabv3_mobilenet_v3_large with random
-weights, every class covering at least 0.5% of the image explained (the
+weights (which gives every pixel one class: one region per image) and the
+repository's example segmenter with its shipped weights (one to three shapes
+per scene, a region each), every class covering at least 0.5% of the image explained (the
 background left out) with GradCAM on the backbone's output, one overlay per
 class both ways (ours with --each, and its picture of all regions too).
 Ours: one forward per batch of images and one batched backward for every
@@ -50,15 +52,31 @@ def make_scenes(folder: Path, count: int, seed: int = 9) -> None:
         image.save(folder / f"scene_{i:05d}.jpg", quality=90)
 
 
-def ours(folder: Path, out: Path) -> list[str]:
+EXAMPLES = ROOT / "examples"
+MODELS = {  # our --model and options, the reference's own arguments, the input size (the example's: the scale it learned)
+    "deeplabv3_mobilenet_v3_large": (["--model", "torchvision:deeplabv3_mobilenet_v3_large", "--no-pretrained"], [], SIZE),
+    "example segmenter": (
+        [
+            "--model", f"{EXAMPLES}/shapes_segmenter.py:build", "--weights",
+            str(EXAMPLES / "shapes_segmenter_model" / "shapes_segmenter.safetensors"), "--labels",
+            str(EXAMPLES / "shapes_segmenter_model" / "labels.txt"), "--mean", "0.5", "--std", "0.5",
+        ],
+        ["--shapes"],
+        256,
+    ),
+}  # fmt: skip
+
+
+def ours(model: str, folder: Path, out: Path) -> list[str]:
     return [
-        sys.executable, "-m", "gradcam_cli", "explain", str(folder), "--model", "torchvision:deeplabv3_mobilenet_v3_large",
-        "--no-pretrained", "--input-size", str(SIZE), "--method", "gradcam", "--each", "-o", str(out), "--json", "-q",
+        sys.executable, "-m", "gradcam_cli", "explain", str(folder), *MODELS[model][0], "--input-size", str(MODELS[model][2]), "--method",
+        "gradcam", "--each", "-o", str(out), "--json", "-q",
     ]  # fmt: skip
 
 
-def reference(folder: Path, out: Path) -> list[str]:
-    return [sys.executable, str(HERE / "reference_segmentation.py"), str(folder), str(out), "--size", str(SIZE)]
+def reference(model: str, folder: Path, out: Path) -> list[str]:
+    own = MODELS[model][1]
+    return [sys.executable, str(HERE / "reference_segmentation.py"), str(folder), str(out), "--size", str(MODELS[model][2]), *own]
 
 
 def regions(out: Path) -> int:
@@ -67,7 +85,7 @@ def regions(out: Path) -> int:
     return sum(len(r.get("segments") or []) for r in records)
 
 
-def measure(images: int, rounds: int) -> dict[str, float]:
+def measure(model: str, images: int, rounds: int) -> dict[str, float]:
     """Best-of-rounds seconds of each program; the regions explained; our peak RSS at 16 and all images."""
     best: dict[str, float] = {}
     rss: dict[str, float] = {}
@@ -77,9 +95,9 @@ def measure(images: int, rounds: int) -> dict[str, float]:
         make_scenes(small, 16)
         for r in range(rounds):
             for name, command in (
-                ("ours", ours(folder, Path(tmp) / f"o{r}")),
-                ("ref", reference(folder, Path(tmp) / f"r{r}")),
-                ("ours_16", ours(small, Path(tmp) / f"s{r}")),
+                ("ours", ours(model, folder, Path(tmp) / f"o{r}")),
+                ("ref", reference(model, folder, Path(tmp) / f"r{r}")),
+                ("ours_16", ours(model, small, Path(tmp) / f"s{r}")),
             ):
                 timed = run_timed(command)
                 best[name] = min(best.get(name, float("inf")), timed.seconds)
@@ -92,30 +110,37 @@ def measure(images: int, rounds: int) -> dict[str, float]:
     }  # fmt: skip
 
 
-def table(row: dict[str, float], images: int, rounds: int) -> str:
+def table(rows: dict[str, dict[str, float]], images: int, rounds: int) -> str:
     cpu = platform.processor() or platform.machine()
-    return "\n".join(
-        [
-            f"| {images} images of {SIZE}x{SIZE} | regions explained, ours / reference | images/s ours | images/s "
-            f"pytorch-grad-cam | speed-up | our peak memory, 16 / {images} images |",
-            "|---|---:|---:|---:|---:|---:|",
-            f"| deeplabv3_mobilenet_v3_large | {row['regions']:.0f} / {row['ref_regions']:.0f} | {row['ours_ips']:.2f} | "
-            f"{row['ref_ips']:.2f} | **{row['speedup']:.1f}x** | {row['rss_16']:.0f} / {row['rss_all']:.0f} MB |",
-            "",
-            f"Random weights, GradCAM on `backbone.16` both ways, one overlay per region both ways, best of {rounds} round(s), "
-            f"each program a fresh process ({cpu}, {os.cpu_count()} cores). Command: "
-            f"`python benchmarks/segmentation.py --images {images} --rounds {rounds}`.",
-        ]
-    )
+    lines = [
+        f"| {images} images of {SIZE}x{SIZE} | regions explained, ours / reference | images/s ours | images/s "
+        f"pytorch-grad-cam | speed-up | our peak memory, 16 / {images} images |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for model, row in rows.items():
+        lines.append(
+            f"| {model} | {row['regions']:.0f} / {row['ref_regions']:.0f} | {row['ours_ips']:.2f} | {row['ref_ips']:.2f} | "
+            f"**{row['speedup']:.1f}x** | {row['rss_16']:.0f} / {row['rss_all']:.0f} MB |"
+        )
+    lines += [
+        "",
+        f"GradCAM both ways (torchvision's on `backbone.16` with random weights at 512x512, the example segmenter on its "
+        f"`bottleneck` with its shipped weights at 256x256, the scale it learned), one overlay per region both ways, best of "
+        f"{rounds} round(s), each program a fresh process ({cpu}, {os.cpu_count()} cores). Command: "
+        f"`python benchmarks/segmentation.py --images {images} --rounds {rounds}`.",
+    ]
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated, of: " + ", ".join(MODELS))
     parser.add_argument("--readme", action="store_true", help="write the table into README.md")
     args = parser.parse_args()
-    text = table(measure(args.images, args.rounds), args.images, args.rounds)
+    rows = {model: measure(model, args.images, args.rounds) for model in args.models.split(",")}
+    text = table(rows, args.images, args.rounds)
     print(text)
     if args.readme:
         write_readme(text, "segmentation-table")
