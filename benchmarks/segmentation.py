@@ -8,8 +8,8 @@ repository's example segmenter with its shipped weights (one to three shapes
 per scene, a region each), every class covering at least 0.5% of the image explained (the
 background left out) with GradCAM on the backbone's output, one overlay per
 class both ways (ours with --each, and its picture of all regions too).
-Ours: one forward per batch of images and one batched backward for every
-region of the batch. The reference (reference_segmentation.py): its
+Ours: one forward per batch of images and one backward per rank (the k-th
+region of every image at once). The reference (reference_segmentation.py): its
 tutorial's loop, a forward and a backward per class of each image.
 
     python benchmarks/segmentation.py                  # 64 images, 2 rounds

@@ -6,8 +6,9 @@ Every class covering at least ⟨min_area⟩ of the image (of the named region)
 is explained, or the ⟨classes⟩ asked for; a background class only when asked.
 With a true mask, the pixels the truth gives c and the model another class are
 a target of their own ("why was this not c?"). Each image's regions come from
-its own prediction and its own truth, so one forward and one batched backward
-give every region of the batch its map. The score is pytorch-grad-cam's
+its own prediction and its own truth, so one forward gives every region of the
+batch its score, and one backward per rank (the k-th region of every image at
+once) its map. The score is pytorch-grad-cam's
 `SemanticSegmentationTarget`: the class's logit at each pixel times the
 region, summed.
 """

@@ -70,7 +70,7 @@ class Explainer:
         detects = kind is TargetKind.detection  # a detector's truth is boxes, judged per batch (judge.py)
         self.judge = _judge(self.prepared, settings, self.warn) if detects and settings.inputs.truth else None
         # a segmenter's named region and true masks, read with each image (regions.py)
-        self.regions = _regions(self.prepared, self.warn) if kind is TargetKind.segment else None
+        self.regions = _regions(self.prepared) if kind is TargetKind.segment else None
         classifies = kind not in (TargetKind.detection, TargetKind.segment)
         self.truth = load_ground_truth(settings.inputs.truth, names, class_aliases(names), self.warn) if classifies else None
         self.summary = Summary()  # the counts of the last run: read them also when it was stopped part way
@@ -305,11 +305,11 @@ def _nothing_found(record: ImageRecord, targets: object) -> str:
     )
 
 
-def _regions(run: PreparedRun, warn: Callable[[str], None]) -> RegionReader:
+def _regions(run: PreparedRun) -> RegionReader:
     """A segmenter's named region and truth, imported only for such a run."""
     from gradcam_cli.run.regions import RegionReader
 
-    return RegionReader(run, warn)
+    return RegionReader(run)
 
 
 def model_prints_to_stderr() -> contextlib.AbstractContextManager[object]:

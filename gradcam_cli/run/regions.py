@@ -9,7 +9,6 @@ model lacks) is that image's error, one line; the others go on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ UNMATCHED_SHOWN = 5
 class RegionReader:
     """The run's named region and true masks, read per image."""
 
-    def __init__(self, run: PreparedRun, warn: Callable[[str], None]) -> None:
+    def __init__(self, run: PreparedRun) -> None:
         settings = run.settings
         region = settings.target.region
         self.box = region if isinstance(region, tuple) else None
@@ -39,7 +38,6 @@ class RegionReader:
 
             assert run.loaded.segmenter is not None
             self.truth = read_segmentation_truth(settings.inputs.truth, run.loaded.class_names, run.loaded.segmenter.classes)
-        self.warn = warn
 
     @property
     def needed(self) -> bool:
