@@ -113,7 +113,7 @@ def write_detections(
                 match=None if judged is None else ("tp" if judged.match[k] is not None else "fp"),
                 iou=None if judged is None else round(judged.iou[k], 6),
                 mask_area=None if outline is None else int(outline.region.sum()),
-                energy_in_mask=None if outline is None else in_mask(cam, outline.region),
+                energy_in_mask=None if outline is None else in_region(cam, outline.region)[0],
             )  # fmt: skip
         )
     missed = [_missed(out, image, geometry, judged, j, canvas, base) for j in range(len(judged.missed))] if judged else None
@@ -212,13 +212,15 @@ def _in_box(cam: np.ndarray, box: list[float]) -> tuple[np.ndarray | None, float
     return inside.astype(np.float32), energy, peak
 
 
-def in_mask(cam: np.ndarray, mask: np.ndarray) -> float | None:
-    """The share of a map's energy (its sum) in a mask's pixels on the photo; None when the map is all zeros or the
-    mask has no pixel (as `in_box` for a box that covers none)."""
+def in_region(cam: np.ndarray, region: np.ndarray) -> tuple[float | None, bool | None]:
+    """A map's two localisation figures for a region of pixels on the photo (a detection's mask, a segmenter's region),
+    as `in_box` says them for a box: the share of its energy in the region, and whether its peak (the first maximum,
+    row-major) lies in it; None for both when the map is all zeros or the region has no pixel."""
     total = float(cam.sum())
-    if total <= 0 or not mask.any():
-        return None
-    return round(float(cam[mask].sum()) / total, 6)
+    if total <= 0 or not region.any():
+        return None, None
+    peak = np.unravel_index(int(np.argmax(cam)), cam.shape)
+    return round(float(cam[region].sum()) / total, 6), bool(region[peak])
 
 
 def _write_each(out: Pictures, image: np.ndarray, cam: np.ndarray, box: DrawnBox, path: Path, outline: DrawnRegion | None = None) -> Path:

@@ -21,7 +21,7 @@ import numpy as np
 
 from gradcam_cli.found import Segment, Segments
 from gradcam_cli.geometry import Geometry, labels_to_original
-from gradcam_cli.outputs.detection_files import Pictures, detection_path, on_photo
+from gradcam_cli.outputs.detection_files import Pictures, detection_path, in_region, on_photo
 from gradcam_cli.outputs.outlines import DrawnRegion, draw_outlines
 from gradcam_cli.outputs.picture import draw
 from gradcam_cli.outputs.records import ImageRecord, OverlapRecord, SegmentRecord, class_name
@@ -76,14 +76,14 @@ def _label(out: Pictures, segment: Segment, region: np.ndarray) -> str:
 def _paint(shown: np.ndarray, cam: np.ndarray, region: np.ndarray) -> float | None:
     """The map inside its region, renormalised there, onto the picture (the brighter where regions overlap); the share
     of the map's energy inside the region (None: a blank map, or a region with no pixel on the photo)."""
-    total = float(cam.sum())
-    if total <= 0 or not region.any():
+    energy, _ = in_region(cam, region)
+    if energy is None:
         return None
     inside = cam[region]
     low, high = float(inside.min()), float(inside.max())
     scaled = (inside - low) / (high - low) if high > low else np.zeros_like(inside)
     shown[region] = np.maximum(shown[region], scaled.astype(np.float32))
-    return round(float(inside.sum()) / total, 6)
+    return energy
 
 
 def _overlap(labels: np.ndarray, found: Segments, names: Sequence[str] | None) -> list[OverlapRecord] | None:

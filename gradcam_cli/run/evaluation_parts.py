@@ -3,15 +3,18 @@ image, a batch's units, its map sets, what a unit's records say of it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from gradcam_cli.errors import UsageError
 from gradcam_cli.evaluate.faithfulness import Scorer
 from gradcam_cli.outputs.boxes import DrawnBox
+from gradcam_cli.vocab import Metric
 
 if TYPE_CHECKING:
     from gradcam_cli.geometry import Geometry
@@ -37,6 +40,7 @@ class Units:
     classes: torch.Tensor  # (U,) long: the class it explains
     boxes: torch.Tensor | None = None  # (U, 4) in the model input's pixels: a detection's own box; None for a classifier
     regions: tuple[Any, ...] | None = None  # a segmenter's: each unit's region (found.Segment), as the first method read it
+    on_photo: tuple[np.ndarray, ...] | None = None  # a segmenter's: each unit's region on its photo (bool), made once
 
     def __len__(self) -> int:
         return len(self.image)
@@ -77,3 +81,12 @@ class Described:
 
 PhotoMap = Callable[[Decoded, torch.Tensor], np.ndarray]  # a map at the input size, put back on the photo
 OwnMeasures = dict[str, dict[str, list[Any]]]  # per map set, per measure, a value per unit
+
+
+def own_place_metrics(asked: Sequence[Metric], defaulted: bool, boxes: Path | None, refusal: str) -> tuple[Metric, ...]:
+    """The metrics of a task whose maps are measured in each unit's own place (a detection's box, a segmenter's region):
+    ⟨boxes⟩ refused in one line (`refusal`), energy and the pointing game run by default."""
+    if boxes is not None:
+        raise UsageError(refusal)
+    chosen = set(asked) | ({Metric.energy, Metric.pointing} if defaulted else set())
+    return tuple(metric for metric in Metric if metric in chosen)

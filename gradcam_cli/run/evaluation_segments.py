@@ -20,23 +20,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 from torch import nn
 
 from gradcam_cli.cams.segments import ImageRegions, SegmentTargets
 from gradcam_cli.cams.targets import Targets
-from gradcam_cli.errors import UsageError
 from gradcam_cli.geometry import labels_to_original
 from gradcam_cli.maps import CamBatch
 from gradcam_cli.model.segmenters import Segmenter
+from gradcam_cli.outputs.detection_files import in_region
 from gradcam_cli.outputs.outlines import DrawnRegion
 from gradcam_cli.outputs.records import class_name as name_of
-from gradcam_cli.run.evaluation_parts import BatchMaps, Decoded, Described, OwnMeasures, PhotoMap, Units
+from gradcam_cli.run.evaluation_parts import BatchMaps, Decoded, Described, OwnMeasures, PhotoMap, Units, own_place_metrics
 from gradcam_cli.vocab import Metric
 
 if TYPE_CHECKING:
-    from gradcam_cli.geometry import Geometry
     from gradcam_cli.run.prepare import PreparedRun
     from gradcam_cli.settings import ExplainSettings
 
@@ -81,25 +79,25 @@ class SegmentUnits:
         return None  # ⟨classes⟩ and ⟨min_area⟩ pick the regions, as explain's; eval takes no named region or truth
 
     def metrics(self, asked: Sequence[Metric], defaulted: bool, boxes: Path | None) -> tuple[Metric, ...]:
-        if boxes is not None:
-            raise UsageError(
-                "⟨boxes⟩ does not apply to a segmenter: its energy in region and pointing game use each region itself; leave ⟨boxes⟩ out"
-            )
-        chosen = set(asked) | ({Metric.energy, Metric.pointing} if defaulted else set())
-        return tuple(metric for metric in Metric if metric in chosen)
+        return own_place_metrics(
+            asked, defaulted, boxes, "⟨boxes⟩ does not apply to a segmenter: its energy in region and pointing game use each "
+            "region itself; leave ⟨boxes⟩ out",
+        )  # fmt: skip
 
     def units(self, first: CamBatch, batch: Sequence[Decoded]) -> Units:
         assert first.found is not None
-        image, rank, found = [], [], []
+        image, rank, found, on_photo = [], [], [], []
         for row in range(len(batch)):
             for k in first.ranks(row):
                 image.append(row)
                 rank.append(k)
                 found.append(first.found[row].segments[k])
+                on_photo.append(labels_to_original(found[-1].region.cpu().numpy(), batch[row].geometry, fill=False))
         long = {"dtype": torch.long}
         return Units(
             image=torch.tensor(image, **long), rank=torch.tensor(rank, **long),  # type: ignore[arg-type]
             classes=torch.tensor([s.class_index for s in found], **long), regions=tuple(found),  # type: ignore[arg-type]
+            on_photo=tuple(on_photo),
         )  # fmt: skip
 
     def targets(self, units: Units, rows: int) -> Targets:
@@ -124,36 +122,22 @@ class SegmentUnits:
         if not wanted:
             return {}
         units = sets.units
-        regions = [self._photo_region(units, u, batch[int(units.image[u])].geometry) for u in range(len(units))]
+        assert units.on_photo is not None
         out: OwnMeasures = {}
         for name, maps in sets.maps.items():
-            figures = [_in_region(photo_map(batch[int(units.image[u])], maps[u]), regions[u]) for u in range(len(units))]
-            values = {"energy_in_region": [energy for energy, _ in figures], "pointing": [peak for _, peak in figures]}
+            figures = [in_region(photo_map(batch[int(units.image[u])], maps[u]), units.on_photo[u]) for u in range(len(units))]
+            peaks = [None if peak is None else float(peak) for _, peak in figures]
+            values = {"energy_in_region": [energy for energy, _ in figures], "pointing": peaks}
             out[name] = {key: values[key] for key in wanted}
         return out
 
     def describe(self, sets: BatchMaps, unit: int, item: Decoded, names: Sequence[str] | None) -> Described:
-        assert sets.units.regions is not None
+        assert sets.units.regions is not None and sets.units.on_photo is not None
         segment, rank = sets.units.regions[unit], int(sets.units.rank[unit])
         name = name_of(names, segment.class_index)
-        region = self._photo_region(sets.units, unit, item.geometry)
+        region = sets.units.on_photo[unit]
         label = f"{name or f'class {segment.class_index}'} {100 * float(region.mean()):.1f}%"
         return Described(
             class_index=segment.class_index, class_name=name, probability=round(segment.mean_probability, 6),
             score=round(segment.score, 6), topk=[], segment=rank, region=segment.kind, outline=DrawnRegion(region, label, rank),
         )  # fmt: skip
-
-    @staticmethod
-    def _photo_region(units: Units, unit: int, geometry: Geometry) -> np.ndarray:
-        assert units.regions is not None
-        return labels_to_original(units.regions[unit].region.cpu().numpy(), geometry, fill=False)
-
-
-def _in_region(cam: np.ndarray, region: np.ndarray) -> tuple[float | None, float | None]:
-    """The share of a map's energy inside the region, and whether its peak (the first maximum) lies in it (1.0 or 0.0);
-    None for both when the map is all zeros or the region has no pixel."""
-    total = float(cam.sum())
-    if total <= 0 or not region.any():
-        return None, None
-    peak = np.unravel_index(int(np.argmax(cam)), cam.shape)
-    return round(float(cam[region].sum()) / total, 6), float(bool(region[peak]))

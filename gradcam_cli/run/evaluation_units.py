@@ -31,7 +31,7 @@ from gradcam_cli.outputs.boxes import DrawnBox
 from gradcam_cli.outputs.detection_files import in_box, label_of
 from gradcam_cli.outputs.records import class_name as name_of
 from gradcam_cli.outputs.writer import topk_entries
-from gradcam_cli.run.evaluation_parts import BatchMaps, Decoded, Described, OwnMeasures, PhotoMap, Units
+from gradcam_cli.run.evaluation_parts import BatchMaps, Decoded, Described, OwnMeasures, PhotoMap, Units, own_place_metrics
 from gradcam_cli.vocab import Metric, Task
 
 if TYPE_CHECKING:
@@ -134,13 +134,10 @@ class DetectUnits:
         return None  # ⟨classes⟩ keeps the detections of those classes, as explain's
 
     def metrics(self, asked: Sequence[Metric], defaulted: bool, boxes: Path | None) -> tuple[Metric, ...]:
-        if boxes is not None:
-            raise UsageError(
-                "⟨boxes⟩ does not apply to a detector: its energy in box and pointing game use each detection's own box (no truth "
-                "needed); leave ⟨boxes⟩ out"
-            )
-        chosen = set(asked) | ({Metric.energy, Metric.pointing} if defaulted else set())
-        return tuple(metric for metric in Metric if metric in chosen)
+        return own_place_metrics(
+            asked, defaulted, boxes, "⟨boxes⟩ does not apply to a detector: its energy in box and pointing game use each "
+            "detection's own box (no truth needed); leave ⟨boxes⟩ out",
+        )  # fmt: skip
 
     def units(self, first: CamBatch, batch: Sequence[Decoded]) -> Units:
         assert first.found is not None
