@@ -37,8 +37,7 @@ def write_segments(
     """This image's picture (and with ⟨each⟩ one per region) and its record."""
     assert cams.found is not None
     found: Segments = cams.found[row]
-    labels = labels_to_original(found.labels.numpy(), geometry, fill=-1)
-    overlap = _overlap(labels, found, out.class_names)
+    overlap = _overlap(found, geometry, out.class_names)
     by_class = {one.class_index: one for one in overlap or []}
     shown = np.zeros(image.shape[:2], np.float32)
     outlines, records, missed_seen = [], [], 0
@@ -86,10 +85,12 @@ def _paint(shown: np.ndarray, cam: np.ndarray, region: np.ndarray) -> float | No
     return energy
 
 
-def _overlap(labels: np.ndarray, found: Segments, names: Sequence[str] | None) -> list[OverlapRecord] | None:
-    """With a true mask, every class the truth or the model gives a pixel: IoU, Dice, areas, over the photo."""
+def _overlap(found: Segments, geometry: Geometry, names: Sequence[str] | None) -> list[OverlapRecord] | None:
+    """With a true mask, every class the truth or the model gives a pixel: IoU, Dice, areas, over the photo (the
+    predicted labels put back on it only then)."""
     if found.truth is None:
         return None
+    labels = labels_to_original(found.labels.numpy(), geometry, fill=-1)
     from gradcam_cli.evaluate.overlap import class_overlap  # only with truth: a run without it never loads evaluate/
 
     present = {int(c) for c in np.unique(labels) if c >= 0} | {int(c) for c in np.unique(found.truth) if c >= 0}
