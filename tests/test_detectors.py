@@ -74,8 +74,8 @@ def test_letterboxed_geometry_puts_boxes_and_maps_back_exactly() -> None:
     assert np.array_equal(map_to_original(cam, geometry), np.ones((160, 320), np.float32))
 
 
-class _Family:
-    """A detector family whose model output is already a list of Detections."""
+class PassThroughFamily:
+    """A detector family whose model output is already a list of Detections (tests/test_instances.py uses it too)."""
 
     name = "test"
 
@@ -83,6 +83,11 @@ class _Family:
         return output
 
     def every_candidate(self, model):
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def explaining(self, model):
         import contextlib
 
         return contextlib.nullcontext()
@@ -100,14 +105,14 @@ def test_detection_targets_keep_each_images_own_detections_as_ranks() -> None:
     from gradcam_cli.cams.detections import DetectionTargets
 
     output = [_found([0.2, 0.9, 0.6, 0.7], [1, 0, 2, 1]), _found([0.95], [2]), _found([0.1], [0])]
-    reading = DetectionTargets(_Family(), score_threshold=0.5, max_detections=2).read(output)
+    reading = DetectionTargets(PassThroughFamily(), score_threshold=0.5, max_detections=2).read(output)
     assert reading.scores.shape == (3, 2) and reading.scores.requires_grad
     assert reading.chosen.tolist() == [[True, True], [True, False], [False, False]]
     assert reading.targets[0].tolist() == [0, 1] and reading.targets[1, 0] == 2  # highest score first
     assert [len(found) for found in reading.found] == [2, 1, 0]
-    only = DetectionTargets(_Family(), score_threshold=0.5, classes=(1,)).read(output)
+    only = DetectionTargets(PassThroughFamily(), score_threshold=0.5, classes=(1,)).read(output)
     assert only.chosen.tolist() == [[True], [False], [False]] and float(only.scores[0, 0].detach()) == pytest.approx(0.7)
-    nothing = DetectionTargets(_Family(), score_threshold=0.99).read(output)
+    nothing = DetectionTargets(PassThroughFamily(), score_threshold=0.99).read(output)
     assert nothing.scores.shape == (3, 0)
 
 
@@ -115,14 +120,14 @@ def test_a_missed_object_is_explained_by_its_best_overlapping_candidate_of_its_c
     from gradcam_cli.cams.detections import Lost, MissedTargets
 
     candidates = _found([0.3, 0.2, 0.4], [1, 1, 2], [[0, 0, 10, 10], [2, 2, 12, 12], [2, 2, 12, 12]])
-    targets = MissedTargets(_Family(), ((Lost((2.0, 2.0, 12.0, 12.0), 1), Lost((0.0, 0.0, 5.0, 5.0), 3)),), ((1.0, 1.0),))
+    targets = MissedTargets(PassThroughFamily(), ((Lost((2.0, 2.0, 12.0, 12.0), 1), Lost((0.0, 0.0, 5.0, 5.0), 3)),), ((1.0, 1.0),))
     reading = targets.read([candidates])
     assert reading.chosen.tolist() == [[True, False]]  # class 3 has no candidate at all
     assert float(reading.scores[0, 0].detach()) == pytest.approx(0.2)  # the class-1 box at IoU 1, not the higher-scored class-1 box
     candidate = reading.found[0][0]
     assert candidate.iou == pytest.approx(1.0) and candidate.box == (2.0, 2.0, 12.0, 12.0)
     assert reading.found[0][1] is None
-    none = MissedTargets(_Family(), ((Lost((0.0, 0.0, 5.0, 5.0), 3),),), ((1.0, 1.0),)).read([candidates])
+    none = MissedTargets(PassThroughFamily(), ((Lost((0.0, 0.0, 5.0, 5.0), 3),),), ((1.0, 1.0),)).read([candidates])
     assert none.scores.shape == (1, 0)
 
 

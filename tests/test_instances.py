@@ -20,23 +20,9 @@ import pytest
 import torch
 
 from conftest import require, write_image
+from test_detectors import PassThroughFamily
 
 # ---------------------------------------------------------------- pieces, without a model (fast)
-
-
-class _Family:
-    """A detector family whose model output is already a list of Detections."""
-
-    name = "test"
-
-    def read(self, output, model_name, input_hw):
-        return output
-
-    def every_candidate(self, model):
-        return contextlib.nullcontext()
-
-    def explaining(self, model):
-        return contextlib.nullcontext()
 
 
 def _masked(scores: list[float], pixels: torch.Tensor, made: list[list[int]]):
@@ -57,7 +43,8 @@ def test_masks_are_made_only_for_the_kept_detections_when_they_go_to_the_writers
 
     made: list[list[int]] = []
     pixels = torch.arange(4)[:, None, None] == torch.arange(4)[None, :, None].expand(4, 4, 5)  # mask i: row i
-    reading = DetectionTargets(_Family(), score_threshold=0.5, max_detections=2).read([_masked([0.2, 0.9, 0.6, 0.7], pixels, made)])
+    targets = DetectionTargets(PassThroughFamily(), score_threshold=0.5, max_detections=2)
+    reading = targets.read([_masked([0.2, 0.9, 0.6, 0.7], pixels, made)])
     assert not made  # reading keeps them unmade: a family reads far more detections than are explained
     (found,) = reading.found
     on_cpu = found.cpu()
