@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from gradcam_cli.errors import LayerError
 from gradcam_cli.layers.paths import ResolvedLayer, resolve_layer, run_by
-from gradcam_cli.layers.reach import is_norm, pools_a_class_token, reaching_layer
+from gradcam_cli.layers.reach import pools_a_class_token, reaching_layer
+from gradcam_cli.model.blocks import is_norm
 from gradcam_cli.layers.tree import spatial_sizes
 from gradcam_cli.model.data_config import default_input_hw
 from gradcam_cli.model.hub import SOURCES

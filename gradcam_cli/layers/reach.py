@@ -13,28 +13,19 @@ parallel block), as the ViT rule of the hubs already picks.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 from gradcam_cli.errors import LayerError, LayoutError
 from gradcam_cli.layers.paths import ResolvedLayer
 from gradcam_cli.layout import LayoutHints, channels_dim_hint, detect_layout, patch_grid
+from gradcam_cli.model.blocks import is_norm
 from gradcam_cli.model.outputs import pick_scores
 from gradcam_cli.model.state import eval_mode, first_tensor, frozen_parameters
 
 import torch
 from torch import nn
 
-NORM_NAME = re.compile(r"(Norm|Norm\d?[dD])$")  # LayerNorm, RmsNorm, LayerNorm2d, BatchNorm2d: timm's and others' norms
 PROBE_SEED = 0
-
-
-def is_norm(module: nn.Module) -> bool:
-    """A normalization layer: torch's own, or a leaf module whose class is named like one."""
-    if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)):
-        return True
-    return not any(True for _ in module.children()) and bool(NORM_NAME.search(type(module).__name__))
-
 
 def pools_a_class_token(model: nn.Module) -> bool:
     """The head reads a class token, as the model says: timm's global_pool='token', prefix tokens, a cls_token."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from gradcam_cli.model.hf_towers import HfTowers
+from gradcam_cli.model.blocks import is_norm
 from gradcam_cli.model.open_clip_towers import OpenClipTowers
 
 Embed = Callable[[nn.Module, torch.Tensor], torch.Tensor]  # (module, images (N, 3, H, W)) → embeddings (N, D)
@@ -52,7 +52,7 @@ class TextImageFamily(Protocol):
         """Class tokens before the patch tokens in the image tower's sequence (None: not known, the layout guesses)."""
 
 
-FAMILIES: tuple[TextImageFamily, ...] = (OpenClipTowers(), HfTowers())
+FAMILIES: tuple[TextImageFamily, ...] = (OpenClipTowers(),)
 
 
 def text_image_family(model: nn.Module) -> TextImageFamily | None:
@@ -83,3 +83,28 @@ def _similarity_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: 
     images = nn.functional.normalize(embedded, dim=-1)
     queries = state["_gradcam_queries"].to(device=images.device, dtype=images.dtype)
     return state["_gradcam_scale"] * images @ queries.T + state["_gradcam_bias"]
+
+
+ATTENTION = ("Attention", "MultiheadAttention")  # the class names of an attention module (torch's, timm's, transformers')
+
+
+def block_norms(model: nn.Module, tower: str) -> list[str]:
+    """In the image tower, each transformer block's first normalization (the one before its attention, whose output
+    still carries every patch token), in forward order; [] for a tower without attention blocks (a ResNet's)."""
+    found: list[str] = []
+    for name, module in model.get_submodule(tower).named_modules():
+        children = list(module.named_children())
+        if not isinstance(module, (nn.ModuleList, nn.Sequential)) or len(children) < 2 or not all(_is_block(child) for _, child in children) or len({type(c) for _, c in children}) != 1:
+            continue
+        for child, block in children:
+            first = next((path for path, part in block.named_modules() if path and is_norm(part)), None)
+            if first is not None:
+                found.append(".".join(part for part in (tower, name, child, first) if part))
+        if found:
+            return found
+    return found
+
+
+def _is_block(module: nn.Module) -> bool:
+    """A transformer block: a module with an attention inside and a normalization before it."""
+    return any(type(part).__name__.endswith(ATTENTION) for part in module.modules())
