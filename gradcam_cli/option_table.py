@@ -201,6 +201,23 @@ OPTIONS: tuple[Option, ...] = (
            help="Segmenters: sum each class's score over this mask (a PNG of the image's size; nonzero pixels are the region).",
            doc="a segmenter: a PNG of the image's size whose nonzero pixels are the region each class's score is summed over "
                "(the same file for every input; an image of another size is its error, one line)"),
+    Option(name="prompts", flags=("--prompt",), kind=list, default=None, group="target", metavar="TEXT", aliases=("prompt",),
+           help="CLIP-style models: explain the image's similarity to this text; repeat for several (one map each).",
+           doc="a CLIP-style model (`open_clip:NAME`, `hf:` CLIP or SigLIP): explain the image's similarity to this text, as "
+               "the model scores the pair (cosine times its logit scale; SigLIP's logit with its bias); repeatable, one map each"),
+    Option(name="prompt_file", flags=("--prompt-file",), kind=Path, default=None, group="target", metavar="FILE", path=True,
+           help="CLIP-style models: prompts, one per line (blank lines and # comments left out).",
+           doc="a CLIP-style model: prompts, one per line (blank lines and lines starting with `#` left out), after any `--prompt`"),
+    Option(name="template", flags=("--template",), kind=str, default=None, group="target", metavar="TEXT",
+           help="With --labels on a CLIP-style model: how a label becomes its prompt (default 'a photo of a {}.').",
+           doc="with `--labels` on a CLIP-style model (zero-shot classification): how each label becomes its prompt, `{}` "
+               "standing for the label (default `a photo of a {}.`)"),
+    Option(name="references", flags=("--reference",), kind=list, default=None, group="target", metavar="IMG", path=True,
+           aliases=("reference",),
+           help="Embedding models: explain the image's cosine similarity to this image's embedding; repeat to average several.",
+           doc="an embedding model (a timm model with `--model-kwargs num_classes=0`, an `hf:` model returning a pooled "
+               "embedding, a CLIP image tower, your model returning (N, D)): explain the cosine similarity of the image's "
+               "embedding to this image's; several are averaged into one (a concept from examples)"),
     Option(name="crop", flags=("--crop/--whole",), kind=bool, default=False, group="inputs",
            help="Use the model's centre crop (the map covers only that part), or the whole image (default).",
            doc="`--whole` (default): the whole image is resized to the model's input size, so the map covers every pixel. "

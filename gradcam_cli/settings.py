@@ -71,6 +71,10 @@ class TargetSettings:
     min_area: float | None = None  # a segmenter's: None: cams/segments.DEFAULT_MIN_AREA
     region: str | tuple[float, float, float, float] | None = None  # a segmenter's: predicted (None), truth, or a box
     mask: Path | None = None  # a segmenter's: a PNG whose nonzero pixels are the region
+    prompts: tuple[str, ...] = ()  # a CLIP-style model's texts, one map each
+    prompt_file: Path | None = None  # more prompts, one per line
+    template: str | None = None  # with labels on a CLIP-style model: a label's prompt; None: matching.DEFAULT_TEMPLATE
+    references: tuple[str, ...] = ()  # an embedding model's reference images, averaged into one
 
 
 @dataclass(frozen=True, kw_only=True)

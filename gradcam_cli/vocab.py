@@ -107,11 +107,14 @@ class Combine(str, Enum):
 
 
 class Task(str, Enum):
-    """What the model does, and so what a map explains: a class of the image, one detected object, or a class's region."""
+    """What the model does, and so what a map explains: a class of the image, one detected object, a class's region, the
+    image's similarity to a text prompt (a CLIP-style model) or to reference images (an embedding model)."""
 
     classify = "classify"
     detect = "detect"
     segment = "segment"
+    prompt = "prompt"
+    reference = "reference"
 
 
 class Colormap(str, Enum):
@@ -213,3 +216,5 @@ class TargetKind(str, Enum):
     regression = "regression"  # a raw output value: no probability
     detection = "detection"  # one detected object: its own class score, as the detector scores it
     segment = "segment"  # one class's region of a segmentation: the class's score summed over the region
+    prompt = "prompt"  # the image's similarity to a text, as a CLIP-style model scores the pair: no probability (SigLIP's sigmoid)
+    reference = "reference"  # the cosine similarity of the image's embedding to the references': no probability

@@ -25,8 +25,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("methods", {"cams", "cams.targets", "cams.detections", "cams.segments", "cams.methods", "cams.methods.*"}),
     ("maps from tensors", {"cams.augment", "cams.engine"}),
     ("evaluation", {"evaluate", "evaluate.*"}),
-    ("a prepared run", {"run.tasks", "run.prepare"}),
     ("files", {"inputs", "inputs.*", "outputs", "outputs.*"}),
+    ("a prepared run", {"run.tasks", "run.matching", "run.prepare"}),  # above files: reference images are read to prepare
     ("the report", {"report", "report.*"}),
     ("the Python API", {"api_results", "api_arguments", "api_detections", "api_segments", "api"}),
     ("the engine", {"run", "run.*"}),

@@ -90,8 +90,9 @@ def _explained(record: Any) -> str:
         return _detected(record)
     if record.segments is not None:
         return _segmented(record)
-    if kind.startswith("regression"):
-        return f"output {record.class_index} = {record.score:.4g}"
+    scored = _scored(kind, record)
+    if scored is not None:
+        return scored
     if kind.startswith("multilabel"):
         if not record.targets:
             top = record.topk[0] if record.topk else None
@@ -101,6 +102,17 @@ def _explained(record: Any) -> str:
             _class_words(t.class_index, t.class_name, t.probability) for t in record.targets
         )
     return "class " + _class_words(record.class_index, record.class_name, record.probability)
+
+
+def _scored(kind: str, record: Any) -> str | None:
+    """A regression's value and a similarity's score, as the pictures' captions say them; None for a class."""
+    from gradcam_cli.outputs.text import described_score
+    from gradcam_cli.vocab import TargetKind
+
+    base = kind.split(",")[0]
+    if base not in (TargetKind.regression.value, TargetKind.prompt.value, TargetKind.reference.value):
+        return None
+    return ", ".join(str(described_score(TargetKind(base), t.class_index, t.class_name, t.score)) for t in record.targets) or None
 
 
 def _detected(record: Any) -> str:

@@ -82,9 +82,16 @@ def load_preset(path: Path) -> dict[str, Any]:
             )
         values[option.name] = _converter(option)(str(key), value)
         if option.path:  # the one path rule: relative to the preset's own folder, like any file it names
-            named = Path(values[option.name]).expanduser()
-            values[option.name] = str(named if named.is_absolute() else path.parent / named)
+            values[option.name] = _beside(path, values[option.name])
     return values
+
+
+def _beside(preset: Path, value: Any) -> Any:
+    """A path option's value, relative to the preset's folder (each of a list's)."""
+    if isinstance(value, (list, tuple)):
+        return [_beside(preset, one) for one in value]
+    named = Path(value).expanduser()
+    return str(named if named.is_absolute() else preset.parent / named)
 
 
 # ---------------------------------------------------------------- YAML safety

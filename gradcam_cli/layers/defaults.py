@@ -65,6 +65,19 @@ def _last_spatial_module(model: nn.Module, input_hw: tuple[int, int]) -> str:
     return spatial[-1]
 
 
+def tower_layer_paths(model: nn.Module, tower: str, input_hw: tuple[int, int]) -> list[str]:
+    """A CLIP-style model's default layer, in its image tower (model/towers.py): a transformer tower's last block's
+    norm before attention (its output still carries every patch token; the class token is dropped by the layout
+    rules), else the tower's last spatial map (a ResNet tower's last stage, before its attention pooling)."""
+    from gradcam_cli.model.towers import block_norms
+
+    norms = block_norms(model, tower)
+    if norms:
+        return [norms[-1]]
+    inner = default_layer_paths(model.get_submodule(tower), input_hw=input_hw)
+    return [f"{tower}.{path}" for path in inner]
+
+
 def segmenter_layer_paths(model: nn.Module, input_hw: tuple[int, int], classes: int) -> list[str]:
     """A segmenter's default layer: its family's (model/segmenters.known_layers), else its deepest feature map (the smallest map, the
     outermost module finishing it last, the encoder's bottleneck), as Seg-Grad-CAM explains a U-Net; the score maps

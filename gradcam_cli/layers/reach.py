@@ -27,6 +27,7 @@ from torch import nn
 
 PROBE_SEED = 0
 
+
 def pools_a_class_token(model: nn.Module) -> bool:
     """The head reads a class token, as the model says: timm's global_pool='token', prefix tokens, a cls_token."""
     if getattr(model, "global_pool", None) == "token":

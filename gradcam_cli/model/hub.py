@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from gradcam_cli.model.code_hub import CODE
 from gradcam_cli.model.hf_hub import HUGGING_FACE
+from gradcam_cli.model.open_clip_hub import OPEN_CLIP
 from gradcam_cli.model.smp_hub import SMP
 from gradcam_cli.model.timm_hub import TIMM
 from gradcam_cli.model.torchvision_hub import TORCHVISION
@@ -68,9 +69,9 @@ class ModelSource(Protocol):
         """Prefix tokens (class, distillation, register) the family prepends when the module does not say."""
 
 
-# Asked in order: `torchvision:`, `hf:`, `yolo:` and `smp:` before the user's `module:name` (which they would also spell);
+# Asked in order: `torchvision:`, `hf:`, `yolo:`, `smp:` and `open_clip:` before the user's `module:name` (which they would also spell);
 # timm is last because it reads every name (its own, hf-hub:).
-SOURCES: tuple[ModelSource, ...] = (TORCHVISION, HUGGING_FACE, ULTRALYTICS, SMP, CODE, TIMM)
+SOURCES: tuple[ModelSource, ...] = (TORCHVISION, HUGGING_FACE, ULTRALYTICS, SMP, OPEN_CLIP, CODE, TIMM)
 
 
 def source_for(name: str) -> tuple[ModelSource, str]:

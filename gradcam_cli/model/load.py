@@ -24,6 +24,7 @@ from gradcam_cli.model.hub import ModelSource, source_for
 from gradcam_cli.model.labels import read_labels
 from gradcam_cli.model.outputs import probed_output, scores_view
 from gradcam_cli.model.segmenters import Segmenter, segmenter_of
+from gradcam_cli.model.towers import Matched, TextImageFamily, text_image_family
 from gradcam_cli.model.unfilled import built_unfilled
 from gradcam_cli.timings import stamp
 
@@ -49,6 +50,8 @@ class LoadedModel:
     output: str | None  # where in the forward's result the class scores are (None: the result is them)
     detector: DetectorFamily | None = None  # a detector's family (model/detectors.py): how its boxes are read
     segmenter: Segmenter | None = None  # a segmenter (model/segmenters.py): its output is a score map per class
+    towers: TextImageFamily | None = None  # a CLIP-style model's family (model/towers.py): it scores images against texts
+    matched: Matched | None = None  # the model is a view scoring images against prompts or references (run/matching.py)
 
     @property
     def num_classes(self) -> int | None:
@@ -57,13 +60,18 @@ class LoadedModel:
     @property
     def head_outputs(self) -> int | None:
         """The classes the model can be asked about: a classifier's outputs, a detector's head's, a segmenter's channels."""
+        if self.matched is not None:
+            return len(self.matched.names)
         return self.segmenter.classes if self.segmenter is not None else head_classes(self.model, self.detector)
 
     @property
     def found_task(self) -> str:
-        """What the model does, as its output says: "detect" (boxes), "segment" (a score map per class) or "classify"."""
+        """What the model does, as its output says: "detect" (boxes), "segment" (a score map per class), "prompt" or
+        "reference" (a view scoring images against texts or images), or "classify"."""
         if self.detector is not None:
             return "detect"
+        if self.matched is not None:
+            return self.matched.task
         return "segment" if self.segmenter is not None else "classify"
 
 
@@ -185,6 +193,10 @@ def load_model(
     if family is not None:  # boxes, not class scores: the detection task reads them (no view, no probe of scores)
         names = _class_names(source, model, arch, head_classes(model, family), label_names, labels)
         return LoadedModel(model, name.strip(), source, arch, config, names, None, notices, None, family)
+    towers = text_image_family(model)
+    if towers is not None:  # no class scores until prompts or references are given (run/matching.py); ⟨labels⟩ are its classes
+        prefix = towers.num_prefix_tokens(model)
+        return LoadedModel(model, name.strip(), source, arch, config, label_names, prefix, notices, None, towers=towers)
     model = scores_view(model, output)
     found, shape = probed_output(model, config.input_hw)
     segmenter = segmenter_of(shape)  # scores (N, C, H, W): a segmenter, its classes its output's channels

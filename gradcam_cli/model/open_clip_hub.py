@@ -83,7 +83,7 @@ class OpenClipHub:
         except (TypeError, ValueError, KeyError, RuntimeError) as error:  # a bad argument, weights of another shape
             raise UsageError(f"⟨model=open_clip:{arch}⟩: {short(error)}") from error
         model.__dict__["_gradcam_open_clip_name"] = name  # its tokenizer is the name's (model/open_clip_towers.py)
-        return model  # type: ignore[no-any-return]
+        return model
 
     def weights_location(self, arch: str) -> tuple[str, str] | None:
         name, tag = parse_name(arch)

@@ -37,8 +37,9 @@ class OpenClipTowers:
             return type(model).encode_text(model, tokens).float()  # type: ignore[attr-defined]
 
     def scale_and_bias(self, model: nn.Module) -> tuple[float, float]:
+        scale: Any = model.logit_scale
         bias: Any = getattr(model, "logit_bias", None)
-        return float(model.logit_scale.detach().exp()), float(bias.detach()) if bias is not None else 0.0  # type: ignore[union-attr]
+        return float(scale.detach().exp()), float(bias.detach()) if bias is not None else 0.0
 
     def sigmoid(self, model: nn.Module) -> bool:
         return getattr(model, "logit_bias", None) is not None

@@ -154,3 +154,11 @@ def probed_output(view: nn.Module, input_hw: tuple[int, int]) -> tuple[str | Non
         )
     found = view.__dict__.get("output_key")
     return (None if found is None else str(found)), tuple(int(v) for v in scores.shape)
+
+
+def view_output(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """What the loaded model (a view or not) returns for x, called on it or on a shallow copy of it (run/matching.py's
+    similarity view, embedding the images through it)."""
+    if model.__dict__.get("_gradcam_forward") is not None:
+        return _picked_forward(model, x)
+    return type(model).forward(model, x)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import types
+from dataclasses import dataclass
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -50,6 +51,17 @@ class TextImageFamily(Protocol):
 
     def num_prefix_tokens(self, model: nn.Module) -> int | None:
         """Class tokens before the patch tokens in the image tower's sequence (None: not known, the layout guesses)."""
+
+
+@dataclass(frozen=True)
+class Matched:
+    """What a model's similarity view scores each image against (run/matching.py made it), as the run reports it."""
+
+    task: str  # "prompt" (each text), "reference" (the references' mean embedding) or "classify" (zero-shot labels)
+    names: tuple[str, ...]  # each query's name: its prompt, its label, the references'
+    prompts: tuple[str, ...] = ()  # the texts embedded (a label's through the template)
+    references: tuple[str, ...] = ()  # the reference images' paths
+    sigmoid: bool = False  # each score reads as a probability by its sigmoid (SigLIP)
 
 
 FAMILIES: tuple[TextImageFamily, ...] = (OpenClipTowers(),)
@@ -94,7 +106,8 @@ def block_norms(model: nn.Module, tower: str) -> list[str]:
     found: list[str] = []
     for name, module in model.get_submodule(tower).named_modules():
         children = list(module.named_children())
-        if not isinstance(module, (nn.ModuleList, nn.Sequential)) or len(children) < 2 or not all(_is_block(child) for _, child in children) or len({type(c) for _, c in children}) != 1:
+        stack = isinstance(module, (nn.ModuleList, nn.Sequential)) and len(children) >= 2
+        if not stack or not all(_is_block(child) for _, child in children) or len({type(c) for _, c in children}) != 1:
             continue
         for child, block in children:
             first = next((path for path, part in block.named_modules() if path and is_norm(part)), None)

@@ -1,4 +1,4 @@
-"""Text on pictures: Pillow's scalable default font, labels as one line, and cutting a line to a width.
+"""Text on pictures: Pillow's scalable default font, labels as one line, cutting a line to a width, a score's words.
 
 Shared by the captions under an overlay (picture.py), the comparison grid
 (grid.py) and the evaluation charts (charts.py), so a long class name is cut
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 from typing import Any
+
+from gradcam_cli.vocab import TargetKind
 
 
 @lru_cache(maxsize=8)
@@ -34,3 +36,15 @@ def fitted(text: str, face: Any, width: float, nothing: str = "") -> str:
         middle = (low + high + 1) // 2
         low, high = (middle, high) if face.getlength(text[:middle] + "…") <= width else (low, middle - 1)
     return text[:low].rstrip() + "…" if low else nothing
+
+
+def described_score(kind: TargetKind, index: int | None, name: str | None, score: float | None) -> str | None:
+    """A target whose score is a value, as captions and the terminal say it: `output 0 = 3.2`, `"a dog" 27.3`,
+    `like ref.jpg 0.812`; None for a class (its name and probability say it)."""
+    if kind is TargetKind.regression:
+        return f"output {index} = {score:.4g}"
+    if kind is TargetKind.prompt:
+        return f'"{name}" {score:.4g}'
+    if kind is TargetKind.reference:
+        return f"like {name} {score:.3f}"
+    return None

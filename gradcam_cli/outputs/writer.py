@@ -25,6 +25,7 @@ from gradcam_cli.outputs.provenance import STAMP_KEY, Provenance, making
 from gradcam_cli.outputs.records import ImageRecord, TargetRecord, class_name
 from gradcam_cli.outputs.legend import display_scale
 from gradcam_cli.outputs.picture import caption_text, draw
+from gradcam_cli.outputs.text import described_score
 from gradcam_cli.outputs.render import encode_npy, encode_png, guided_photo, photo_maps
 from gradcam_cli.vocab import Colormap, Style, TargetKind
 from gradcam_cli.geometry import Geometry
@@ -37,11 +38,12 @@ if TYPE_CHECKING:
     from gradcam_cli.maps import CamBatch
 
 TOPK_IN_RECORD = 5
+SCORES_ONLY = (TargetKind.regression, TargetKind.prompt, TargetKind.reference)  # a value, not a probability
 
 
 def image_probabilities(logits: torch.Tensor, kind: TargetKind) -> torch.Tensor | None:
-    """One image's class probabilities as its kind of target reads them; a regression's values have none."""
-    if kind is TargetKind.regression:
+    """One image's class probabilities as its kind of target reads them; a regression's values and a similarity have none."""
+    if kind in SCORES_ONLY:
         return None
     return class_probabilities(logits, multilabel=kind is TargetKind.multilabel)
 
@@ -101,7 +103,7 @@ def image_record(
 
 def caption_for(record: TargetRecord, context: dict[str, Any], kind: TargetKind) -> str:
     """The caption of one explained class: its name, probability (a regression: its value), the run's method and layers."""
-    what = f"output {record.class_index} = {record.score:.4g}" if kind is TargetKind.regression else None
+    what = described_score(kind, record.class_index, record.class_name, record.score)
     return caption_text(record.class_name, record.class_index, record.probability, str(context["method"]), list(context["layers"]), what)
 
 

@@ -26,6 +26,7 @@ from gradcam_cli.maps import CamBatch, CamOptions, ProgressFn
 from gradcam_cli.model import load as model_load
 from gradcam_cli.model.device import place_model, resolve_device, resolve_precision
 from gradcam_cli.model.faults import fault_line, raised_by_model
+from gradcam_cli.run.matching import matched
 from gradcam_cli.run.tasks import RunTask, task_for
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.vocab import TargetKind
@@ -145,7 +146,7 @@ def prepare_run(
     if settings.target.method is not None:  # a method's options are checked before the model loads
         _check_method_options(settings, get_method(settings.target.method), lambda _m: None)
     device = device or resolve_device(settings.run.device, settings.run.local_rank)
-    loaded = loaded or _load(settings)
+    loaded = matched(loaded or _load(settings), settings, device)  # scoring prompts or references, where asked
     task = task_for(settings, loaded)
     method = get_method(settings.target.method or task.method)
     _check_method_options(settings, method, warn)

@@ -7,7 +7,9 @@ the target, and which options do not apply to it (one line each). The engine,
 the batches, resume and the writing ask the task and never branch on it;
 the pictures and records of each task are written by its own module in
 outputs/ (outputs/writer.py, outputs/detection_files.py,
-outputs/segment_files.py). Prompts and references are the next tasks behind it.
+outputs/segment_files.py). A similarity to prompts or references
+(run/matching.py) is a classifier's map of a view that scores it: only its
+refusals and the kind of its scores are its own.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from gradcam_cli.cams.methods import CamMethod
 from gradcam_cli.cams.segments import DEFAULT_MIN_AREA, SegmentTargets
 from gradcam_cli.cams.targets import TargetChoice, Targets, parse_class, target_choice
 from gradcam_cli.errors import UsageError
-from gradcam_cli.layers.defaults import default_layer_paths, segmenter_layer_paths
+from gradcam_cli.layers.defaults import default_layer_paths, segmenter_layer_paths, tower_layer_paths
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.segmenters import is_background
 from gradcam_cli.settings import ExplainSettings
@@ -60,7 +62,7 @@ class ClassifyTask:
             raise UsageError("⟨each⟩ applies to detectors and segmenters; this model is a classifier (it returns class scores)")
 
     def layers(self, loaded: LoadedModel) -> list[str]:
-        return default_layer_paths(loaded.model, loaded.arch, loaded.source, input_hw=loaded.data_config.input_hw)
+        return _scoring_layers(loaded)
 
     def targets(self, settings: ExplainSettings, loaded: LoadedModel, outputs: int | None, warn: Callable[[str], None]) -> Targets:
         """The classes, labels or output value each map explains, as the target options ask."""
@@ -185,6 +187,45 @@ class SegmentTask:
         return TargetKind.segment
 
 
+class MatchTask:
+    """A similarity (run/matching.py): one map per prompt of a CLIP-style model, or one for an embedding model's
+    references, the gradient of the image's score against it."""
+
+    combine = Combine.mean
+    method = Method.gradcam  # the CLIP examples' method; a similarity pools the whole image, as a class score does
+
+    def __init__(self, name: Task, kind: TargetKind, doing: str) -> None:
+        self.name, self._kind, self._doing = name, kind, doing
+
+    def check(self, settings: ExplainSettings, method: CamMethod) -> None:
+        _refuse_others(settings, self.name)
+        every = f"{self._doing}; leave ⟨classes⟩ out" if self.name is Task.prompt else self._doing
+        _refuse([
+            *_not_a_classifier(settings, every, every, self._doing),
+            (bool(settings.target.classes), f"⟨classes⟩ picks a classifier's class; {every}"),
+            (settings.inputs.truth is not None, f"⟨truth⟩ names each image's class; {self._doing}, which has none to be true"),
+            (settings.outputs.each, "⟨each⟩ applies to detectors and segmenters; the maps of a similarity are one per image"),
+        ])  # fmt: skip
+
+    def layers(self, loaded: LoadedModel) -> list[str]:
+        return _scoring_layers(loaded)
+
+    def targets(self, settings: ExplainSettings, loaded: LoadedModel, outputs: int | None, warn: Callable[[str], None]) -> Targets:
+        """Every prompt (or the references' one similarity), in the order given."""
+        return TargetChoice(classes=tuple(range(outputs or 1)))
+
+    def kind(self, settings: ExplainSettings, targets: Targets, outputs: int | None) -> TargetKind:
+        return self._kind
+
+
+def _scoring_layers(loaded: LoadedModel) -> list[str]:
+    """A classifier's (or a similarity's) default layers: a CLIP-style model's in its image tower, else the model's."""
+    input_hw = loaded.data_config.input_hw
+    if loaded.towers is not None:
+        return tower_layer_paths(loaded.model, loaded.towers.image_tower(loaded.model), input_hw)
+    return default_layer_paths(loaded.model, loaded.arch, loaded.source, input_hw=input_hw)
+
+
 OWN_OPTIONS = {  # the options only one task takes, and what does that task
     Task.detect: (("score_threshold", "max_detections"), "detectors"),
     Task.segment: (("min_area", "region", "mask"), "segmenters"),
@@ -217,12 +258,20 @@ def _refuse_others(settings: ExplainSettings, task: Task) -> None:
             raise UsageError(f"⟨{given[0]}⟩ applies to {doers}; this model is {WHAT_IT_DOES[task]}")
 
 
-TASKS: dict[Task, RunTask] = {Task.classify: ClassifyTask(), Task.detect: DetectTask(), Task.segment: SegmentTask()}
+TASKS: dict[Task, RunTask] = {
+    Task.classify: ClassifyTask(),
+    Task.detect: DetectTask(),
+    Task.segment: SegmentTask(),
+    Task.prompt: MatchTask(Task.prompt, TargetKind.prompt, "every prompt is explained, one map each"),
+    Task.reference: MatchTask(Task.reference, TargetKind.reference, "the map explains the similarity to the references"),
+}
 
 WHAT_IT_DOES = {
     Task.classify: "a classifier (it returns class scores, not boxes)",
     Task.detect: "a detector (it returns boxes)",
     Task.segment: "a segmenter (it returns a score map per class)",
+    Task.prompt: "a CLIP-style model scoring images against ⟨prompts⟩",
+    Task.reference: "an embedding model scoring images against ⟨references⟩",
 }
 
 
