@@ -111,6 +111,7 @@ class PreparedRun:
             "target": self.target_kind(),
             "layers": self.layer_names(),
             "method": self.method.name,
+            "references": list(matched.references) if (matched := self.loaded.matched) and matched.references else None,
             "device": str(self.device),
             "settings": {
                 "preprocess": "crop" if settings.inputs.crop else "whole",
