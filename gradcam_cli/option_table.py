@@ -64,11 +64,13 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="model", flags=("--model", "-m"), kind=str, default=None, group="model", field="name", metavar="NAME",
            help="timm name (tags and hf-hub:ORG/NAME work), torchvision:ARCH, hf:ORG/NAME or hf:DIR (transformers), "
                 "yolo:best.pt or yolo:yolov8n.yaml (Ultralytics), smp:ARCH?KEY=VALUE&... (segmentation_models_pytorch), "
-                "or your code: path/net.py:build or package.module:build (this runs that code).",
+                "open_clip:NAME[/TAG] (CLIP-style), or your code: path/net.py:build or package.module:build (this runs that code).",
            doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`), `torchvision:ARCH`, a transformers "
                "classifier, detector or segmenter (`hf:ORG/NAME`, `hf:/saved/dir`; the `[hf]` extra), a "
                "segmentation_models_pytorch segmenter (`smp:Unet?encoder_name=resnet34&classes=3`, its arguments after "
-               "`?`; the `[smp]` extra), an Ultralytics YOLO detector "
+               "`?`; the `[smp]` extra), an open_clip CLIP-style model (`open_clip:ViT-B-32`, its first pretrained tag, or "
+               "`open_clip:ViT-B-32/laion2b_s34b_b79k`; the `[clip]` extra; see [Text prompts and reference "
+               "images](#text-prompts-and-reference-images)), an Ultralytics YOLO detector "
                "(`yolo:path/to/best.pt` with `--trust-pickle`, or a config, `yolo:yolov8n.yaml`, with random weights; "
                "the `[yolo]` extra), or your own code: "
                "`path/to/net.py:build` or `package.module:build`, a callable returning an `nn.Module` (a class, a "
@@ -179,9 +181,10 @@ OPTIONS: tuple[Option, ...] = (
            help="Explain value N of a regression output (its raw value, no probability).",
            doc="a regression model: explain output value N, the score as it is (no softmax, no probability)"),
     Option(name="task", flags=("--task",), kind=Task, default=None, group="target",
-           help="What the model does: classify, detect or segment (default: found from the model's output).",
-           doc="what the model does, `classify`, `detect` or `segment`; found from the model (a torchvision detector returns "
-               "boxes, a segmenter a score map per class, (N, C, H, W)), so this only checks: a model that does another is one line"),
+           help="What the model does: classify, detect, segment, prompt or reference (default: found from the model and options).",
+           doc="what the model does, `classify`, `detect`, `segment`, `prompt` or `reference`; found from the model (a "
+               "torchvision detector returns boxes, a segmenter a score map per class, (N, C, H, W)) and `--prompt` or "
+               "`--reference`, so this only checks: a model that does another is one line"),
     Option(name="score_threshold", flags=("--score-threshold",), kind=float, default=None, group="target", metavar="S",
            minimum=0, maximum=1, help="Detectors: explain the detections scoring at least S (default 0.5).",
            doc="a detector: explain each detection whose score is at least `S` (default 0.5)"),

@@ -36,7 +36,7 @@ OUTPUT_DIR = "gradcam_eval"  # eval's own default folder, so its records do not 
 # every option that builds the model or feeds it (its checkpoint, kwargs, preprocessing), as explain takes them
 MODEL_OPTIONS = tuple(option.name for option in OPTIONS if option.group == "model")
 # the target group's options that say what is explained: the class, a detector's kept detections (the task only confirms)
-TARGET_OPTIONS = ("classes", "task", "score_threshold", "max_detections", "min_area")
+TARGET_OPTIONS = ("classes", "task", "score_threshold", "max_detections", "min_area", "prompts", "prompt_file", "template", "references")
 TABLE_OPTIONS = (
     "inputs", *MODEL_OPTIONS, "layers", *TARGET_OPTIONS, "crop", "relu", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid",
     "colormap", "alpha", "output_dir", "recursive", "max_pixels", "batch_size", "device", "precision", "workers", "report",

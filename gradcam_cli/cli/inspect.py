@@ -21,7 +21,8 @@ LAYERS_TABLE_OPTIONS = ("model_kwargs", "input_size", "trust_pickle")  # what bu
 def layers(
     ctx: typer.Context,
     model: Annotated[
-        str, typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:, hf:, yolo:, smp:, path/net.py:build).")
+        str,
+        typer.Argument(help="Model name as for explain (timm, hf-hub:, torchvision:, hf:, yolo:, smp:, open_clip:, net.py:build)."),
     ],
     depth: Annotated[int | None, typer.Option("--depth", "-d", help="Show modules down to this depth.", min=0)] = None,
     filter_text: Annotated[str | None, typer.Option("--filter", "-f", help="Only modules whose name or type contains this.")] = None,

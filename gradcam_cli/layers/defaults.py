@@ -100,12 +100,17 @@ def segmenter_layer_paths(model: nn.Module, input_hw: tuple[int, int], classes: 
 
 
 def task_layer_paths(model: nn.Module, arch: str, source: ModelSource, input_hw: tuple[int, int]) -> list[str]:
-    """The default layers of a model `gradcam layers` lists, as a run would pick them: a segmenter's (its scores a map
-    per class, found by one probe forward) or a classifier's; a model whose output the probe cannot read, a classifier's."""
+    """The default layers of a model `gradcam layers` lists, as a run would pick them: a CLIP-style model's (in its
+    image tower), a segmenter's (its scores a map per class, found by one probe forward) or a classifier's; a model
+    whose output the probe cannot read, a classifier's."""
     from gradcam_cli.errors import GradcamError
     from gradcam_cli.model.outputs import probed_output, scores_view
     from gradcam_cli.model.segmenters import segmenter_of
+    from gradcam_cli.model.towers import text_image_family
 
+    towers = text_image_family(model)
+    if towers is not None:  # a CLIP-style model: its image tower's, as a run with prompts picks it
+        return tower_layer_paths(model, towers.image_tower(model), input_hw)
     view = scores_view(model)
     try:
         segmenter = segmenter_of(probed_output(view, input_hw)[1])

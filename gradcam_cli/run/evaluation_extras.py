@@ -179,7 +179,7 @@ class Extras:
         outputs = self.evaluator.settings.outputs
         namer = self.namers.setdefault(name, OutputNamer(outputs.output_dir, name, largest_detection=largest_detection))
         base = OutputNamer.base_for(item.source.relative)
-        path = namer.paths(base, None, raw=False)[0]
+        path = namer.paths(base, unit.class_index if unit.named_class else None, raw=False)[0]
         if unit.detection is not None or unit.segment is not None:
             which = f"det{unit.detection}" if unit.detection is not None else f"seg{unit.segment}"
             path = detection_path(namer, base, which)

@@ -77,6 +77,7 @@ class Described:
     segment: int | None = None  # a segmenter's: its rank among the image's regions
     region: str | None = None  # a segmenter's: what the region is (predicted, box, mask, truth)
     outline: Any = None  # a segmenter's: outputs.outlines.DrawnRegion, drawn on its overlay
+    named_class: bool = False  # an image has a unit per class (each prompt): its overlay is named by it, as explain's
 
 
 PhotoMap = Callable[[Decoded, torch.Tensor], np.ndarray]  # a map at the input size, put back on the photo

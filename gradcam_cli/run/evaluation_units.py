@@ -14,10 +14,12 @@ box), and what a record says of a unit. A unit is one record per map set.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import torch
+from torch import nn
 
 from gradcam_cli.cams.detections import Lost, MissedTargets
 from gradcam_cli.cams.targets import TargetChoice, Targets
@@ -32,7 +34,7 @@ from gradcam_cli.outputs.detection_files import in_box, label_of
 from gradcam_cli.outputs.records import class_name as name_of
 from gradcam_cli.outputs.writer import topk_entries
 from gradcam_cli.run.evaluation_parts import BatchMaps, Decoded, Described, OwnMeasures, PhotoMap, Units, own_place_metrics
-from gradcam_cli.vocab import Metric, Task
+from gradcam_cli.vocab import Metric, TargetKind, Task
 
 if TYPE_CHECKING:
     from gradcam_cli.geometry import Geometry
@@ -202,8 +204,59 @@ class DetectUnits:
         return boxes_to_original(units.boxes[unit : unit + 1], geometry)[0].tolist()
 
 
+@dataclass(frozen=True)
+class SimilarityScores:
+    """A similarity's scorer (faithfulness.Scorer): each perturbed input scored by its unit's similarity to its prompt
+    (or to the references) as the model scores it, the value the maps explain (no probability to read it through)."""
+
+    classes: torch.Tensor  # (U,) each unit's prompt
+
+    @property
+    def count(self) -> int:
+        return len(self.classes)
+
+    def __call__(self, model: nn.Module, inputs: torch.Tensor, units: torch.Tensor) -> torch.Tensor:
+        scores = model(inputs)
+        return scores[torch.arange(len(units), device=scores.device), self.classes.to(scores.device)[units]]
+
+
+class MatchUnits(ClassifyUnits):
+    """A similarity (run/matching.py): a unit per image and prompt (every prompt is explained), or per image for an
+    embedding model's references, scored by the similarity itself; the metrics a classifier's."""
+
+    score = "similarity"
+
+    def __init__(self, run: PreparedRun) -> None:
+        self.prompts = run.kind is TargetKind.prompt
+        self.unit = "image and prompt" if self.prompts else "image"
+
+    def check(self, settings: ExplainSettings) -> None:
+        return None  # the task refused ⟨classes⟩ already: every prompt is a unit
+
+    def units(self, first: CamBatch, batch: Sequence[Decoded]) -> Units:
+        count = int(first.targets.shape[1])
+        image = torch.arange(len(batch)).repeat_interleave(count)
+        rank = torch.arange(count).repeat(len(batch))
+        return Units(image=image, rank=rank, classes=first.targets.cpu().long()[image, rank])
+
+    def targets(self, units: Units, rows: int) -> Targets:
+        return TargetChoice(classes=tuple(sorted(set(int(c) for c in units.classes.tolist()))))
+
+    def scorer(self, units: Units) -> Scorer:
+        return SimilarityScores(units.classes)
+
+    def describe(self, sets: BatchMaps, unit: int, item: Decoded, names: Sequence[str] | None) -> Described:
+        row, index = int(sets.units.image[unit]), int(sets.units.classes[unit])
+        score = round(float(sets.logits[row, index]), 6)
+        return Described(
+            class_index=index, class_name=name_of(names, index), probability=score, score=score, topk=[], named_class=self.prompts
+        )
+
+
 def eval_units(run: PreparedRun) -> EvalUnits:
     """The evaluation's part of the run's task (run/tasks.py)."""
+    if run.task.name in (Task.prompt, Task.reference):
+        return MatchUnits(run)
     if run.task.name is Task.segment:
         from gradcam_cli.run.evaluation_segments import SegmentUnits  # a classifier's evaluation never loads it
 

@@ -31,7 +31,10 @@ REFERENCE_BATCH = 16  # reference images embedded this many at a time
 
 
 def matched(loaded: LoadedModel, settings: ExplainSettings, device: torch.device) -> LoadedModel:
-    """The model as the target options make it score: against prompts, labels' prompts or references; else as it is."""
+    """The model as the target options make it score: against prompts, labels' prompts or references; else as it is
+    (also a model made to score already: `gradcam eval` prepares each method's run on the one model)."""
+    if loaded.matched is not None:
+        return loaded
     target = settings.target
     prompts = read_prompts(target)
     _check(loaded, target, prompts)
