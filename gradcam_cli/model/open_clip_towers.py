@@ -18,6 +18,7 @@ from torch import nn
 from gradcam_cli.errors import ModelError
 
 CLASSES = ("CLIP", "CustomTextCLIP", "CoCa")
+OPEN_CLIP_VOCABULARY = 49408  # the size of open_clip's own BPE vocabulary (its SimpleTokenizer's)
 
 
 class OpenClipTowers:
@@ -58,11 +59,15 @@ class OpenClipTowers:
 
 
 def _tokenizer(model: nn.Module) -> Any:
-    """The tokenizer of the name the model was built with (open_clip's own; a hub model's from its config)."""
+    """The tokenizer of the name the model was built with (open_clip's own; a hub model's from its config); a model your
+    code built with open_clip's own text tower (its 49,408-token vocabulary) takes open_clip's own BPE tokenizer."""
     import open_clip
 
     name = model.__dict__.get("_gradcam_open_clip_name")
-    if name is None:
-        raise ModelError("this open_clip model was not built by name, so its tokenizer is not known",
-                         hint="load it as ⟨model=open_clip:NAME⟩ (with ⟨weights⟩ for your own checkpoint)")  # fmt: skip
-    return open_clip.get_tokenizer(name)
+    if name is not None:
+        return open_clip.get_tokenizer(name)
+    embedding = getattr(model, "token_embedding", None)
+    if isinstance(embedding, nn.Embedding) and embedding.num_embeddings == OPEN_CLIP_VOCABULARY:
+        return open_clip.tokenizer.SimpleTokenizer(context_length=int(getattr(model, "context_length", 77)))
+    raise ModelError("this open_clip model was not built by name and its text tower is not open_clip's own, so its tokenizer is not known",
+                     hint="load it as ⟨model=open_clip:NAME⟩ (with ⟨weights⟩ for your own checkpoint)")  # fmt: skip

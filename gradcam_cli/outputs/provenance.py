@@ -29,8 +29,9 @@ STAMP_HEX = 16
 RUN_KEYS = ("model", "source", "output", "target", "layers", "method")  # what every record says at its top level
 MAP_KEYS = ("pretrained", "preprocess", "relu", "norm", "combine", "eigen_smooth", "aug_smooth")  # in its `settings`
 PICTURE_KEYS = ("style", "colormap", "alpha", "caption")
+QUERY_KEYS = ("prompts", "references")  # what a similarity is to: stamped only when a run has them (older stamps stay)
 # how a message names each setting; precision, device and version are how a map was computed, not what it shows
-SAID = {key: key.replace("_", " ") for key in (*RUN_KEYS, *MAP_KEYS, *PICTURE_KEYS)}
+SAID = {key: key.replace("_", " ") for key in (*RUN_KEYS, *QUERY_KEYS, *MAP_KEYS, *PICTURE_KEYS)}
 SAID.update(weights_sha256="weights", weights_file="weights")
 DIFFERENCES_SAID = 2
 
@@ -41,6 +42,7 @@ def making(context: dict[str, Any]) -> Making:
     weights = settings.get("weights")
     return {
         **{key: context.get(key) for key in RUN_KEYS},
+        **{key: context[key] for key in QUERY_KEYS if context.get(key) is not None},
         **{key: settings.get(key) for key in MAP_KEYS},
         "weights_sha256": file_sha256(Path(weights)) if weights else None,
         **{key: settings.get(key) for key in PICTURE_KEYS},
@@ -58,6 +60,7 @@ def record_making(record: dict[str, Any]) -> Making:
     given = record.get("settings")
     settings: dict[str, Any] = given if isinstance(given, dict) else {}
     said = {key: record[key] for key in RUN_KEYS if key in record}
+    said.update({key: record[key] for key in QUERY_KEYS if record.get(key) is not None})
     said.update({key: settings[key] for key in (*MAP_KEYS, *PICTURE_KEYS) if key in settings})
     if "weights" in settings:  # a path, not a hash: it says at least whether a weights file was given
         said["weights_file"] = settings["weights"] is not None

@@ -170,6 +170,7 @@ class ImageRecord:
     missed: list[MissedRecord] | None = None  # with ⟨truth⟩, a detector's missed true objects, each with its map
     segments: list[SegmentRecord] | None = None  # a segmenter's explained regions, each with its map (None: another task)
     overlap: list[OverlapRecord] | None = None  # with ⟨truth⟩, a segmenter's classes against their true masks
+    prompts: list[str] | None = None  # the texts a CLIP-style model scored the image against (a zero-shot label's prompt)
     references: list[str] | None = None  # an embedding model's reference images the similarity is to (None: another target)
     settings: dict[str, Any] = field(default_factory=dict)
     stamp: str | None = None  # the hash of what made the pictures, which each carries (outputs/provenance.py)

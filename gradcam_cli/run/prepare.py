@@ -96,6 +96,15 @@ class PreparedRun:
             return [f"input + {count} bias layers (whole network)"]
         return [layer.name for layer in self.layers]
 
+    def queries(self) -> dict[str, list[str] | None]:
+        """What a similarity is to, as records say it: the prompts a CLIP-style model scores (a zero-shot label's through
+        its template), the reference images; None where the run has none."""
+        matched = self.loaded.matched
+        return {
+            "prompts": list(matched.prompts) if matched and matched.prompts else None,
+            "references": list(matched.references) if matched and matched.references else None,
+        }
+
     def picture_settings(self) -> dict[str, Any]:
         """How the pictures are drawn (a report's colour legend reads the colour map from the records)."""
         outputs = self.settings.outputs
@@ -111,7 +120,7 @@ class PreparedRun:
             "target": self.target_kind(),
             "layers": self.layer_names(),
             "method": self.method.name,
-            "references": list(matched.references) if (matched := self.loaded.matched) and matched.references else None,
+            **self.queries(),
             "device": str(self.device),
             "settings": {
                 "preprocess": "crop" if settings.inputs.crop else "whole",
