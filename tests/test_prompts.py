@@ -97,8 +97,8 @@ def test_each_prompts_map_is_pytorch_grad_cams_of_that_similarity(tmp_path: Path
 
     open_clip = require("open_clip")
     prompts = ["a dog", "a cat", "a ball"]
-    settings = build_settings({"model": "open_clip:ViT-B-32", "pretrained": False, "model_kwargs": [f"{k}={json.dumps(v)}" for k, v in TINY.items()],
-                               "prompts": prompts})  # fmt: skip
+    kwargs = [f"{k}={json.dumps(v)}" for k, v in TINY.items()]
+    settings = build_settings({"model": "open_clip:ViT-B-32", "pretrained": False, "model_kwargs": kwargs, "prompts": prompts})
     run = prepare_run(settings)
     x = torch.cat([open_clip_input(p) for p in square_images(tmp_path)])
     ours = run.compute(x).to_cpu()
@@ -152,8 +152,8 @@ def test_the_zero_shot_scores_are_the_templates_prompts_scores(tmp_path: Path, r
 
 def test_a_prompt_file_adds_its_lines_after_the_prompts(tmp_path: Path, run_cli: Any) -> None:
     (tmp_path / "prompts.txt").write_text("# animals\na dog\n\na cat\n")
-    result = run_cli("explain", *square_images(tmp_path / "in", 1), *TINY_ARGS, "--prompt", "a ball", "--prompt-file", tmp_path / "prompts.txt",
-                     "-o", tmp_path / "out")  # fmt: skip
+    photo = square_images(tmp_path / "in", 1)[0]
+    result = run_cli("explain", photo, *TINY_ARGS, "--prompt", "a ball", "--prompt-file", tmp_path / "prompts.txt", "-o", tmp_path / "out")
     assert result.code == 0, result.stderr
     assert [t["class_name"] for t in records(tmp_path / "out")[0]["targets"]] == ["a ball", "a dog", "a cat"]
 
@@ -274,3 +274,12 @@ def test_eval_scores_each_image_and_prompt_by_its_similarity(tmp_path: Path, run
     scores = {(Path(r["input"]).name, t["class_name"]): t["score"] for r in records(tmp_path / "explained") for t in r["targets"]}
     for unit in units:  # the deletion curve starts at the unperturbed similarity, the score explain's record carries
         assert unit["curves"]["deletion"][0] == pytest.approx(scores[(Path(unit["input"]).name, unit["class_name"])], abs=1e-4)
+
+
+def test_a_picture_of_another_prompt_is_another_runs(tmp_path: Path, run_cli: Any) -> None:
+    photo = square_images(tmp_path / "in", 1)[0]
+    first = run_cli("explain", photo, *TINY_ARGS, "--prompt", "a dog", "-o", tmp_path / "out")
+    again = run_cli("explain", photo, *TINY_ARGS, "--prompt", "a dog", "-o", tmp_path / "out", "--skip-existing")
+    other = run_cli("explain", photo, *TINY_ARGS, "--prompt", "a cat", "-o", tmp_path / "out", "--skip-existing")
+    assert first.code == again.code == 0 and "skipped" in again.stderr
+    assert other.code != 0 and "was made by another run (prompts a dog, this run a cat)" in other.stderr
