@@ -96,7 +96,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(name="output", flags=("--output",), kind=str, default=None, group="model", metavar="KEY|INDEX",
            help="Where the class scores are in what the forward returns (a key, attribute or index).",
            doc="where the class scores are in what the model's forward returns: a dict key or attribute (`logits`), or a "
-               "tuple index (`0`). Without it: `logits`, then `out`, then the first tensor"),
+               "tuple index (`0`). Without it: `logits`, then `out`, then a pooled embedding (`image_embeds`, `pooler_output`: "
+               "a base model without a head), then the first tensor"),
     Option(name="labels", flags=("--labels",), kind=Path, default=None, group="model", metavar="FILE", path=True,
            help="Class names, one per line.", doc="class names, one per line (ImageNet models have theirs built in)"),
     Option(name="model_kwargs", flags=("--model-kwargs",), kind=list, default=None, group="model", field="kwargs",

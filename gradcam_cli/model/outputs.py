@@ -3,11 +3,14 @@
 Models return a tensor, a tuple `(logits, aux)`, a dict `{"out": ..., "aux": ...}`
 or a transformers `ModelOutput`; the peers' trackers are full of "'tuple' object
 has no attribute" for it. The rule: an attribute or key `logits`, then `out`,
-then the first tensor (of a tuple or list in order, of a dict's values in
-order); ⟨output⟩ names the key, attribute or index instead. The model is then
-seen through a view that returns those scores: the same module (the same
-submodules, parameters and dotted paths, hooks on them see the same calls),
-only its forward's result picked, so nothing downstream has to know.
+then a pooled embedding, `image_embeds` then `pooler_output` (a base model
+without a head, transformers' `Dinov2Model`: its (N, D) embedding, not its
+(N, L, D) `last_hidden_state`, the first tensor it returns), then the first
+tensor (of a tuple or list in order, of a dict's values in order); ⟨output⟩
+names the key, attribute or index instead. The model is then seen through a
+view that returns those scores: the same module (the same submodules,
+parameters and dotted paths, hooks on them see the same calls), only its
+forward's result picked, so nothing downstream has to know.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from torch import nn
 from gradcam_cli.errors import GradcamError, ModelError, one_line
 from gradcam_cli.model.faults import fault_line
 
-PREFERRED_KEYS = ("logits", "out")
+PREFERRED_KEYS = ("logits", "out", "image_embeds", "pooler_output")
 
 
 def _fields(output: Any) -> list[tuple[str, Any]]:
