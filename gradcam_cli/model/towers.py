@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from gradcam_cli.model.blocks import is_norm
+from gradcam_cli.model.hf_towers import HfTowers
 from gradcam_cli.model.open_clip_towers import OpenClipTowers
 
 Embed = Callable[[nn.Module, torch.Tensor], torch.Tensor]  # (module, images (N, 3, H, W)) → embeddings (N, D)
@@ -64,7 +65,7 @@ class Matched:
     sigmoid: bool = False  # each score reads as a probability by its sigmoid (SigLIP)
 
 
-FAMILIES: tuple[TextImageFamily, ...] = (OpenClipTowers(),)
+FAMILIES: tuple[TextImageFamily, ...] = (OpenClipTowers(), HfTowers())
 
 
 def text_image_family(model: nn.Module) -> TextImageFamily | None:
