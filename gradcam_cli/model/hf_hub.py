@@ -4,9 +4,11 @@
 `AutoModelForObjectDetection` where the config is a detector's (that mapping
 holds its class: DETR and its kin, read by model/hf_detectors.py), or
 `AutoModelForSemanticSegmentation` where it is a segmenter's (its `logits`,
-(N, C, h, w), make it one by model/segmenters.py's rule); its
-`AutoImageProcessor` gives the preprocessing (size, crop, mean, std,
-resampling) and its config the class names (`id2label`). transformers is an optional extra, imported only when
+(N, C, h, w), make it one by model/segmenters.py's rule), or `AutoModel` where
+it is a CLIP-style pair of towers (model/hf_towers.py) or was saved from a base
+model without a head (`Dinov2Model`: its pooled embedding is read as its
+scores); its `AutoImageProcessor` gives the preprocessing (size, crop, mean,
+std, resampling) and its config the class names (`id2label`). transformers is an optional extra, imported only when
 such a model is asked for (`pip install 'gradcam-cli[hf]'`); `hf-hub:` stays
 timm's. The forward returns a `ModelOutput`: model/outputs.py finds its
 `logits`. Default layers are found by the modules' shape, not by fixed paths
@@ -15,11 +17,14 @@ ViT-like encoder (its head reads the class token, so the last block's input
 still carries the patch tokens), else the last stage of an encoder's `stages`
 (ConvNeXt, ResNet, RegNet) or `layers` (Swin, whose layers return tuples);
 a segmenter's is its deepest feature map as its decode head reads it
-(SEGMENTER_LAYERS).
+(SEGMENTER_LAYERS); a CLIP-style model's, and a ViT-like encoder's whose norms
+are named otherwise (DINOv2's `norm1`), its blocks' first norms
+(model/towers.block_norms), in the image tower.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,8 @@ from typing import Any
 from gradcam_cli.errors import UsageError
 from gradcam_cli.model.blocks import every_kth
 from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, PIL_RESAMPLE, DataConfig
+from gradcam_cli.model.hf_towers import LOCATION, HfTowers
+from gradcam_cli.model.towers import block_norms
 
 from torch import nn
 
@@ -40,7 +47,9 @@ SEGMENTER_LAYERS = {  # a segmenter's model_type → where its decode head reads
     # of that level, its pyramid pooling's bottleneck
     "upernet": ("backbone.hidden_states_norms", "decode_head.bottleneck"),
 }
-PREFIX_TOKENS = {"vit": 1, "beit": 1, "data2vec-vision": 1, "dinov2": 1, "deit": 2}  # class (and DeiT's distillation) tokens
+# class (and DeiT's distillation) tokens before the patches; a CLIP vision tower's class token, SigLIP's none
+PREFIX_TOKENS = {"vit": 1, "beit": 1, "data2vec-vision": 1, "dinov2": 1, "deit": 2, "clip_vision_model": 1, "siglip_vision_model": 0}
+TOWER_TYPES = ("clip", "siglip", "siglip2")  # CLIP-style configs (model/hf_towers.py): AutoModel builds both towers
 
 
 def _transformers() -> Any:
@@ -58,7 +67,8 @@ def is_local(arch: str) -> bool:
 
 
 class HuggingFaceHub:
-    """transformers' image classifiers, object detectors and semantic segmenters, named with the 'hf:' prefix."""
+    """transformers' image classifiers, object detectors, semantic segmenters, CLIP-style models and base models
+    without a head, named with the 'hf:' prefix."""
 
     name = "transformers"
     builds_unfilled = False  # transformers builds without initialising in its own from_pretrained
@@ -71,8 +81,8 @@ class HuggingFaceHub:
         return not is_local(arch)  # even random weights need the Hub's config
 
     def build(self, arch: str, pretrained: bool, num_classes: int | None, kwargs: Mapping[str, Any] | None = None) -> nn.Module:
-        """The classifier, detector or segmenter with its weights (or random ones from its config); a checkpoint's head
-        size via num_labels."""
+        """The classifier, detector, segmenter or base model with its weights (or random ones from its config); a
+        checkpoint's head size via num_labels. Where it was built from is noted on it: its tokenizer is there."""
         transformers = _transformers()
         if is_local(arch) and not Path(arch).expanduser().is_dir():
             raise UsageError(f"⟨model=hf:{arch}⟩: no such folder", hint="give a folder written by save_pretrained, or hf:ORG/NAME")
@@ -81,9 +91,12 @@ class HuggingFaceHub:
             given.update(num_labels=num_classes, ignore_mismatched_sizes=True)
         location = str(Path(arch).expanduser()) if is_local(arch) else arch
         if pretrained:
-            return _auto_class(transformers, transformers.AutoConfig.from_pretrained(location)).from_pretrained(location, **given)
-        config = transformers.AutoConfig.from_pretrained(location, **given)
-        return _auto_class(transformers, config).from_config(config)
+            model = _auto_class(transformers, transformers.AutoConfig.from_pretrained(location)).from_pretrained(location, **given)
+        else:
+            config = transformers.AutoConfig.from_pretrained(location, **given)
+            model = _auto_class(transformers, config).from_config(config)
+        model.__dict__[LOCATION] = location  # a CLIP-style model's tokenizer is read from there (model/hf_towers.py)
+        return model
 
     def weights_location(self, arch: str) -> tuple[str, str] | None:
         if is_local(arch):
@@ -95,8 +108,7 @@ class HuggingFaceHub:
     def data_config(self, model: nn.Module, arch: str) -> DataConfig:
         """The image processor's size, crop, statistics and filter; without one, ImageNet's at the config's size."""
         processor = _processor(arch)
-        size = getattr(getattr(model, "config", None), "image_size", 224)
-        side = size if isinstance(size, int) else int(size[0])
+        side = _image_side(getattr(model, "config", None))
         if processor is None:
             return DataConfig(input_hw=(side, side), mean=IMAGENET_MEAN, std=IMAGENET_STD)
         settings = processor.to_dict()
@@ -131,28 +143,47 @@ class HuggingFaceHub:
         return layers[-1] if layers else None
 
     def stage_layers(self, model: nn.Module, arch: str) -> list[str] | None:
-        """A class-token encoder's blocks (every k-th `layernorm_before`), else an encoder's stages (Swin's too)."""
+        """A CLIP-style model's image tower's blocks, or a ViT-like encoder's (every k-th `layernorm_before`, else
+        every k-th block's first norm), else an encoder's stages (Swin's too)."""
         if getattr(model, "config", None) is None or not type(model).__module__.startswith("transformers."):
             return None
-        if self.num_prefix_tokens(model, arch):
-            norms = [name for name, _ in model.named_modules() if name.endswith(".layernorm_before")]
+        towers = HfTowers().accepts(model)
+        if towers or self.num_prefix_tokens(model, arch) is not None:
+            norms = [] if towers else [name for name, _ in model.named_modules() if name.endswith(".layernorm_before")]
+            norms = norms or block_norms(model, HfTowers().image_tower(model) if towers else "")
             if norms:
                 return [norms[i] for i in every_kth(len(norms))]
         return _stages(model) or None
 
     def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
+        if HfTowers().accepts(model):
+            return HfTowers().num_prefix_tokens(model)
         model_type = str(getattr(getattr(model, "config", None), "model_type", ""))
         return PREFIX_TOKENS.get(model_type)
 
 
 def _auto_class(transformers: Any, config: Any) -> Any:
     """The Auto class that builds this config: the detector's where its object-detection mapping holds the config's
-    class, the segmenter's where the config is one's, else the classifier's."""
+    class, the segmenter's where the config is one's, the base model's where it is CLIP-style or was saved without a
+    head, else the classifier's."""
     if type(config) in transformers.MODEL_FOR_OBJECT_DETECTION_MAPPING:
         return transformers.AutoModelForObjectDetection
     if _segments(config):
         return transformers.AutoModelForSemanticSegmentation
+    if _headless(config):
+        return transformers.AutoModel
     return transformers.AutoModelForImageClassification
+
+
+def _headless(config: Any) -> bool:
+    """A config AutoModel builds as it was saved: a CLIP-style pair of towers (its forward scores images against
+    texts, not classes), or a base model whose saved classes have no task head (`Dinov2Model`, `ViTModel`,
+    `CLIPVisionModel`; a head's class is named `...For<Task>`, CLIP's classifier too). A config naming no class is a
+    classifier's, as before, unless it is CLIP-style."""
+    architectures = [str(name) for name in getattr(config, "architectures", None) or []]
+    if architectures:
+        return not any("For" in name for name in architectures)
+    return str(getattr(config, "model_type", "")) in TOWER_TYPES
 
 
 def _segments(config: Any) -> bool:
@@ -232,7 +263,22 @@ def _input_size(settings: dict[str, Any], side: int) -> tuple[tuple[int, int], f
     if size.get("shortest_edge"):
         edge = int(size["shortest_edge"])
         return (edge, edge), float(settings.get("crop_pct") or 1.0)
+    if settings.get("max_num_patches") and settings.get("patch_size"):  # SigLIP 2: a square of its most patches
+        edge = math.isqrt(int(settings["max_num_patches"])) * int(settings["patch_size"])
+        return (edge, edge), 1.0
     return (side, side), 1.0
+
+
+def _image_side(config: Any) -> int:
+    """The side the config says its images have (a CLIP-style config's in its vision config; SigLIP 2's from its
+    patches: a square of as many as it takes), else 224."""
+    vision = getattr(config, "vision_config", None) or config
+    size = getattr(vision, "image_size", None)
+    if size is None and getattr(vision, "num_patches", None) and getattr(vision, "patch_size", None):
+        return int(math.isqrt(int(vision.num_patches))) * int(vision.patch_size)
+    if size is None:
+        return 224
+    return size if isinstance(size, int) else int(size[0])
 
 
 def _triple(value: Any, default: tuple[float, float, float]) -> tuple[float, float, float]:
