@@ -1,10 +1,11 @@
 """Tiny transformers CLIP, SigLIP, SigLIP 2 and DINOv2 models written to a folder with save_pretrained, random weights, no network.
 
 Each folder is what `hf:/that/dir` loads: the config and weights, an image processor, and (CLIP and SigLIP) a tokenizer
-built from files written here. CLIP's is its own class (CLIPTokenizer over a tiny BPE vocabulary and merges). SigLIP's
-own tokenizer is a sentencepiece model, and the sentencepiece package is not among the test extras, so its folder holds
-a word-level tokenizer made with the `tokenizers` library (what AutoTokenizer reads from a tokenizer.json), shaped as
-SigLIP's is: `</s>` closes each text and pads it, and it gives only the ids.
+built from files written here. CLIP's and SigLIP 2's are their own classes (CLIPTokenizer over a tiny BPE vocabulary and
+merges, Siglip2Tokenizer, Gemma's BPE, over another). SigLIP's own tokenizer is a sentencepiece model, and the
+sentencepiece package is not among the test extras, so its folder holds a word-level tokenizer made with the
+`tokenizers` library (what AutoTokenizer reads from a tokenizer.json), shaped as SigLIP's is: `</s>` closes each text
+and pads it, and it gives only the ids.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ def tiny_hf_clip(folder: Path) -> Path:
     import torch
     import transformers
 
-    vocab, merges = _bpe()
+    vocab, merges = _clip_bpe()
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "vocab.json").write_text(json.dumps(vocab))  # the files a CLIP repository ships beside its tokenizer.json
-    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(pair) for pair in merges) + "\n")
     tokenizer = transformers.CLIPTokenizer(
         vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"), model_max_length=TEXT_LENGTH
     )
@@ -71,12 +72,12 @@ def tiny_hf_siglip(folder: Path) -> Path:
 
 
 def tiny_hf_siglip2(folder: Path) -> Path:
-    """A Siglip2Model (NaFlex: its image as patches, at most 16 of 8x8, so a 32x32 square), SigLIP's word-level tokenizer."""
+    """A Siglip2Model (NaFlex: its image as patches, at most 16 of 8x8, so a 32x32 square) and its own tokenizer class."""
     import torch
     import transformers
 
-    tokenizer = _word_tokenizer()
-    ids = {"bos_token_id": None, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
+    tokenizer = _siglip2_tokenizer()
+    ids = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": tokenizer.pad_token_id}
     config = transformers.Siglip2Config(
         vision_config={**TOWER, "num_patches": (IMAGE // PATCH) ** 2, "patch_size": PATCH},
         text_config={**TOWER, "vocab_size": len(tokenizer), "max_position_embeddings": TEXT_LENGTH, **ids},
@@ -103,19 +104,33 @@ def tiny_hf_dinov2(folder: Path) -> Path:
     return folder
 
 
-def _bpe() -> tuple[dict[str, int], list[str]]:
-    """CLIP's BPE over WORDS: every letter alone and word-final (`a</w>`), and the merges that build each word from
-    its letters, left to right."""
-    tokens = [*CLIP_SPECIAL, *(letter + end for letter in "abcdefghijklmnopqrstuvwxyz" for end in ("", "</w>"))]
-    merges: list[str] = []
-    for word in WORDS:
-        pieces = [*word[:-1], word[-1] + "</w>"]
+def _bpe(symbols: list[str], words: list[list[str]]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """A BPE vocabulary of the symbols and every piece the words are built of, and the merges that build each word from
+    its symbols, left to right."""
+    tokens, merges = list(symbols), []
+    for pieces in words:
         while len(pieces) > 1:
-            merge = f"{pieces[0]} {pieces[1]}"
+            merge = (pieces[0], pieces[1])
             merges += [merge] if merge not in merges else []
             pieces = [pieces[0] + pieces[1], *pieces[2:]]
             tokens += [pieces[0]] if pieces[0] not in tokens else []
     return {token: index for index, token in enumerate(tokens)}, merges
+
+
+def _clip_bpe() -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """CLIP's BPE over WORDS: every letter alone and word-final (`a</w>`), each word built up to its `word</w>`."""
+    letters = [letter + end for letter in "abcdefghijklmnopqrstuvwxyz" for end in ("", "</w>")]
+    return _bpe([*CLIP_SPECIAL, *letters], [[*word[:-1], word[-1] + "</w>"] for word in WORDS])
+
+
+def _siglip2_tokenizer() -> Any:
+    """SigLIP 2's own tokenizer class (Gemma's BPE, lower-cased, `▁` for a space, padded on the left) over WORDS."""
+    import transformers
+
+    vocab, merges = _bpe(
+        ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "▁", *"abcdefghijklmnopqrstuvwxyz"], [[*word, "▁"] for word in WORDS]
+    )
+    return transformers.Siglip2Tokenizer(vocab=vocab, merges=merges, model_max_length=TEXT_LENGTH)
 
 
 def _word_tokenizer() -> Any:

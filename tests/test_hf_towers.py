@@ -13,10 +13,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from clip_models import IMAGE, tiny_hf_clip, tiny_hf_dinov2, tiny_hf_siglip, tiny_hf_siglip2
-from conftest import require
+from conftest import require, write_image
 
 transformers = require("transformers")
 import torch  # noqa: E402
@@ -28,6 +29,7 @@ from gradcam_cli.model.load import build_model, load_model  # noqa: E402
 from gradcam_cli.model.outputs import scores_view  # noqa: E402
 from gradcam_cli.model.towers import block_norms, similarity_view, text_image_family  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 TOWERS = ("clip", "siglip", "siglip2")
 TEXTS = ["a photo of a dog", "a photo of a cat", "the red square", "a blue circle of ball"]
 
@@ -44,20 +46,24 @@ def built(folder: Path) -> tuple[Any, str]:
     return model.eval(), arch
 
 
-def own_inputs(name: str, folder: Path) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Two images as the family takes them (N, 3, H, W), and as the model's own processor gives them to its forward
-    (SigLIP 2's: patches), with the texts as its own tokenizer pads them for the model's training."""
+def own_inputs(name: str, folder: Path, images: list[Any], texts: list[str]) -> dict[str, torch.Tensor]:
+    """The images as the model's own processor gives them to its forward (SigLIP 2's: patches), the texts as its own
+    tokenizer pads them for the model's training."""
+    inputs = dict(transformers.AutoImageProcessor.from_pretrained(folder)(images=images, return_tensors="pt"))
+    padding = "max_length" if name.startswith("siglip") else True
+    return {**inputs, **transformers.AutoTokenizer.from_pretrained(folder)(texts, padding=padding, return_tensors="pt")}
+
+
+def two_images(folder: Path) -> tuple[torch.Tensor, list[Any]]:
+    """Two random IMAGE x IMAGE photos, as the family takes them (N, 3, H, W, normalised by the processor's statistics)
+    and as PIL images."""
     from PIL import Image
 
     generator = torch.Generator().manual_seed(1)
     pixels = (torch.rand(2, IMAGE, IMAGE, 3, generator=generator) * 255).to(torch.uint8)
-    processor = transformers.AutoImageProcessor.from_pretrained(folder)
-    inputs = dict(processor(images=[Image.fromarray(array.numpy()) for array in pixels], return_tensors="pt"))
-    mean, std = (torch.tensor(processor.to_dict()[key])[:, None, None] for key in ("image_mean", "image_std"))
-    x = (pixels.permute(0, 3, 1, 2).float() / 255 - mean) / std
-    padding = "max_length" if name.startswith("siglip") else True
-    tokens = transformers.AutoTokenizer.from_pretrained(folder)(TEXTS, padding=padding, return_tensors="pt")
-    return x, {**inputs, **tokens}
+    settings = transformers.AutoImageProcessor.from_pretrained(folder).to_dict()
+    mean, std = (torch.tensor(settings[key])[:, None, None] for key in ("image_mean", "image_std"))
+    return (pixels.permute(0, 3, 1, 2).float() / 255 - mean) / std, [Image.fromarray(array.numpy()) for array in pixels]
 
 
 @pytest.mark.parametrize("name", TOWERS)
@@ -67,12 +73,13 @@ def test_the_family_scores_as_the_models_own_forward(folders, name: str) -> None
     model, _ = built(folders[name])
     family = text_image_family(model)
     assert isinstance(family, HfTowers)
-    x, inputs = own_inputs(name, folders[name])
+    x, images = two_images(folders[name])
     queries = family.embed_texts(model, TEXTS, torch.device("cpu"))
     assert queries.shape[0] == len(TEXTS) and queries.dtype == torch.float32 and not queries.requires_grad
+    assert len(torch.unique(queries, dim=0)) == len(TEXTS)  # each text its own tokens (no word lost as unknown)
     view = similarity_view(model, family.embed_images, queries, *family.scale_and_bias(model))
     with torch.no_grad():
-        expected = model(**inputs).logits_per_image
+        expected = model(**own_inputs(name, folders[name], images, TEXTS)).logits_per_image
     x.requires_grad_(True)
     scores = view(x)
     torch.testing.assert_close(scores.detach(), expected, atol=1e-5, rtol=1e-5)
@@ -109,6 +116,29 @@ def test_the_hub_builds_the_towers_with_their_preprocessing_and_layers(folders, 
     assert norms == [f"vision_model.encoder.layers.{i}.layer_norm1" for i in range(2)]
     assert hub.default_layer(model, arch) == norms[-1] and hub.stage_layers(model, arch) == norms
     assert default_layer_paths(model, arch, hub, input_hw=(IMAGE, IMAGE)) == [norms[-1]]
+    loaded = load_model(f"hf:{folders[name]}")
+    assert isinstance(loaded.towers, HfTowers) and loaded.num_prefix_tokens == (1 if name == "clip" else 0)
+    assert loaded.data_config == config
+
+
+@pytest.mark.parametrize("name", TOWERS)
+def test_a_prompt_run_scores_as_the_models_own_forward(folders, run_cli, tmp_path: Path, name: str) -> None:
+    """`gradcam explain --model hf:DIR --prompt ...`: each prompt's score is the model's own logit for the photo (at
+    the model's size, so our stretch and the processor's resize are both the identity), the map at the default layer."""
+    from PIL import Image
+
+    photo = write_image(tmp_path / "photo.png", IMAGE, IMAGE)
+    prompts = ["a photo of a dog", "the red square"]
+    result = run_cli("explain", photo, "--model", f"hf:{folders[name]}", *[a for p in prompts for a in ("--prompt", p)],
+                     "--json", "-o", tmp_path / "out")  # fmt: skip
+    assert result.code == 0, result.stderr
+    (record,) = result.records()
+    model, _ = built(folders[name])
+    with torch.no_grad():
+        expected = model(**own_inputs(name, folders[name], [Image.open(photo).convert("RGB")], prompts)).logits_per_image[0]
+    assert record["target"] == "prompt" and record["layers"] == ["vision_model.encoder.layers.1.layer_norm1"]
+    assert [t["class_name"] for t in record["targets"]] == prompts and not record["blank"]
+    np.testing.assert_allclose([t["score"] for t in record["targets"]], expected.numpy(), atol=1e-4, rtol=0)
 
 
 def test_a_base_model_saved_without_a_head_is_its_pooled_embedding(folders) -> None:
