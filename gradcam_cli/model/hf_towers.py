@@ -5,7 +5,9 @@ The image tower is `vision_model`; images are embedded by the model's own `get_i
 output, the tensor its forward scores), texts by `get_text_features` over the model's own tokenizer (AutoTokenizer of
 the folder or name it was built from), padded as the family was trained: SigLIP to the tokenizer's whole length (its
 text tower pools the last position), CLIP to the longest text (it pools the end-of-text token). Pairs are scored as the
-forward scores them: `logit_scale.exp()` times the cosine, plus SigLIP's `logit_bias` (read by its sigmoid).
+forward scores them: `logit_scale.exp()` times the cosine, plus SigLIP's `logit_bias` (read by its sigmoid). SigLIP 2
+(NaFlex) takes its image as patches: the (N, 3, H, W) input is cut into them as its processor cuts a photo, the whole
+image one grid, so the maps' layer still sees a (N, rows x cols, D) sequence without a class token.
 """
 
 from __future__ import annotations
