@@ -66,7 +66,8 @@ OPTIONS: tuple[Option, ...] = (
                 "yolo:best.pt or yolo:yolov8n.yaml (Ultralytics), smp:ARCH?KEY=VALUE&... (segmentation_models_pytorch), "
                 "open_clip:NAME[/TAG] (CLIP-style), or your code: path/net.py:build or package.module:build (this runs that code).",
            doc="a timm name (`resnet50`, `resnet50.a1_in1k`, `hf-hub:timm/...`), `torchvision:ARCH`, a transformers "
-               "classifier, detector or segmenter (`hf:ORG/NAME`, `hf:/saved/dir`; the `[hf]` extra), a "
+               "classifier, detector, segmenter, CLIP or SigLIP model, or a headless base model returning an embedding "
+               "(`hf:ORG/NAME`, `hf:/saved/dir`; the `[hf]` extra), a "
                "segmentation_models_pytorch segmenter (`smp:Unet?encoder_name=resnet34&classes=3`, its arguments after "
                "`?`; the `[smp]` extra), an open_clip CLIP-style model (`open_clip:ViT-B-32`, its first pretrained tag, or "
                "`open_clip:ViT-B-32/laion2b_s34b_b79k`; the `[clip]` extra; see [Text prompts and reference "

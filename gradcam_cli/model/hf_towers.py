@@ -54,9 +54,6 @@ class HfTowers:
         bias: Any = getattr(model, "logit_bias", None)
         return float(scale.detach().exp()), float(bias.detach()) if bias is not None else 0.0
 
-    def sigmoid(self, model: nn.Module) -> bool:
-        return type(model).__name__ in SIGLIP_CLASSES
-
     def image_tower(self, model: nn.Module) -> str:
         return "vision_model"
 

@@ -42,9 +42,6 @@ class OpenClipTowers:
         bias: Any = getattr(model, "logit_bias", None)
         return float(scale.detach().exp()), float(bias.detach()) if bias is not None else 0.0
 
-    def sigmoid(self, model: nn.Module) -> bool:
-        return getattr(model, "logit_bias", None) is not None
-
     def image_tower(self, model: nn.Module) -> str:
         return "visual"
 

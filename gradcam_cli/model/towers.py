@@ -44,9 +44,6 @@ class TextImageFamily(Protocol):
     def scale_and_bias(self, model: nn.Module) -> tuple[float, float]:
         """How the model scores an image against a text: logit = scale * cosine + bias (CLIP's bias 0, SigLIP's learnt)."""
 
-    def sigmoid(self, model: nn.Module) -> bool:
-        """Whether each image-text logit reads as a probability by its sigmoid (SigLIP), not a softmax over texts (CLIP)."""
-
     def image_tower(self, model: nn.Module) -> str:
         """The dotted path of the image tower (`visual`, `vision_model`): default layers are looked for inside it."""
 
@@ -62,7 +59,6 @@ class Matched:
     names: tuple[str, ...]  # each query's name: its prompt, its label, the references'
     prompts: tuple[str, ...] = ()  # the texts embedded (a label's through the template)
     references: tuple[str, ...] = ()  # the reference images' paths
-    sigmoid: bool = False  # each score reads as a probability by its sigmoid (SigLIP)
 
 
 FAMILIES: tuple[TextImageFamily, ...] = (OpenClipTowers(), HfTowers())

@@ -108,8 +108,7 @@ def _scoring_texts(loaded: LoadedModel, matching: Matched, device: torch.device)
         texts = towers.embed_texts(model, matching.prompts, device)
     scale, bias = towers.scale_and_bias(model)
     view = similarity_view(model, towers.embed_images, texts, scale, bias)
-    found = replace(matching, sigmoid=towers.sigmoid(model))
-    return replace(loaded, model=view, class_names=list(matching.names), matched=found, output=None)
+    return replace(loaded, model=view, class_names=list(matching.names), matched=matching, output=None)
 
 
 def _scoring_references(loaded: LoadedModel, references: tuple[str, ...], settings: ExplainSettings, device: torch.device) -> LoadedModel:
