@@ -283,3 +283,89 @@ def test_a_picture_of_another_prompt_is_another_runs(tmp_path: Path, run_cli: An
     other = run_cli("explain", photo, *TINY_ARGS, "--prompt", "a cat", "-o", tmp_path / "out", "--skip-existing")
     assert first.code == again.code == 0 and "skipped" in again.stderr
     assert other.code != 0 and "was made by another run (prompts a dog, this run a cat)" in other.stderr
+
+
+def test_a_resnet_towers_default_layer_is_its_last_stage_before_attention_pooling(tmp_path: Path, run_cli: Any) -> None:
+    tower = {"embed_dim": 32, "vision_cfg": {"layers": [1, 1, 1, 1], "width": 16, "image_size": 64},
+             "text_cfg": {"layers": 1, "width": 32, "heads": 2, "context_length": 77, "vocab_size": 49408}}  # fmt: skip
+    kwargs = [a for k, v in tower.items() for a in ("--model-kwargs", f"{k}={json.dumps(v)}")]
+    photo = write_image(tmp_path / "photo.png", 64, 64)
+    result = run_cli("explain", photo, "--model", "open_clip:RN50", "--no-pretrained", *kwargs, "--prompt", "a dog", "-o", tmp_path / "out")
+    assert result.code == 0, result.stderr
+    assert records(tmp_path / "out")[0]["layers"] == ["visual.layer4"]
+
+
+def test_the_console_says_each_prompts_score(tmp_path: Path, run_cli: Any) -> None:
+    photo = square_images(tmp_path / "in", 1)[0]
+    result = run_cli("explain", photo, *TINY_ARGS, "--prompt", "a dog", "--prompt", "a ball", "-o", tmp_path / "out", "--no-json")
+    assert result.code == 0, result.stderr
+    scores = [t["score"] for t in records(tmp_path / "out")[0]["targets"]]
+    assert f'"a dog" {scores[0]:.4g}, "a ball" {scores[1]:.4g}' in result.stdout
+
+
+@pytest.mark.parametrize(("name", "said"), [
+    ("open_clip:ViT-B-33", "unknown open_clip model 'ViT-B-33' (did you mean 'ViT-B-32'"),
+    ("open_clip:ViT-B-32/laion9000", "'laion9000' is not a pretrained tag of open_clip's 'ViT-B-32'; its tags: openai, "),
+])  # fmt: skip
+def test_an_unknown_open_clip_name_or_tag_is_one_line(
+    tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch, name: str, said: str
+) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # nothing is asked of the hub: the name and tag are checked first
+    result = run_cli("explain", write_image(tmp_path / "photo.png"), "--model", name, "--prompt", "a dog", "-o", tmp_path / "out")
+    assert result.code == 2 and said in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+class Embedder(torch.nn.Module):
+    """A model of the user's whose forward returns a dict: the embedding is one entry of it, which ⟨output⟩ names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.features = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        maps = torch.relu(self.features(x))
+        return {"logits": maps.mean(dim=(2, 3))[:, :2], "embedding": maps.amax(dim=(2, 3))}
+
+
+def test_output_picks_the_embedding_a_reference_is_compared_by(tmp_path: Path, run_cli: Any) -> None:
+    (tmp_path / "net.py").write_text("from test_prompts import Embedder\n\ndef build():\n    return Embedder()\n")
+    photos = [write_image(tmp_path / f"photo{i}.png", 64, 64, seed=i) for i in range(2)]
+    common = ["--model", f"{tmp_path / 'net.py'}:build", "--input-size", "64", "--reference", photos[1], "--layer", "features"]
+    result = run_cli("explain", photos[0], *common, "--output", "embedding", "-o", tmp_path / "out")
+    assert result.code == 0, result.stderr
+    from gradcam_cli.geometry import plan_geometry, to_input_array
+    from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, DataConfig
+
+    config = DataConfig(input_hw=(64, 64), mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    model = Embedder().eval()
+
+    def embedded(path: Path) -> torch.Tensor:
+        photo = np.asarray(Image.open(path).convert("RGB"))
+        with torch.no_grad():
+            return model(torch.from_numpy(to_input_array(photo, plan_geometry(photo.shape[:2], config), config))[None])["embedding"][0]
+
+    record = records(tmp_path / "out")[0]
+    assert record["target"] == "reference" and record["output"] == "embedding"
+    expected = torch.nn.functional.cosine_similarity(embedded(photos[0]), embedded(photos[1]), dim=0)
+    assert record["score"] == pytest.approx(float(expected), abs=1e-5)
+
+
+def test_a_headless_hf_model_is_compared_by_its_pooled_embedding(tmp_path: Path, run_cli: Any) -> None:
+    from clip_models import tiny_hf_dinov2
+
+    folder = tiny_hf_dinov2(tmp_path / "dinov2")
+    photos = [write_image(tmp_path / f"photo{i}.png", 64, 64, seed=i) for i in range(2)]
+    result = run_cli("explain", photos[0], "--model", f"hf:{folder}", "--no-pretrained", "--reference", photos[1], "-o", tmp_path / "out")
+    assert result.code == 0, result.stderr
+    record = records(tmp_path / "out")[0]
+    assert record["target"] == "reference" and -1 <= record["score"] <= 1 and not record["blank"]
+
+
+def test_zero_shot_labels_evaluate_as_a_classifier(tmp_path: Path, run_cli: Any) -> None:
+    (tmp_path / "labels.txt").write_text("dog\ncat\n")
+    result = run_cli("eval", *square_images(tmp_path / "in", 2), *TINY_ARGS, "--labels", tmp_path / "labels.txt", "--methods", "gradcam",
+                     "--metrics", "deletion", "--steps", "4", "-o", tmp_path / "out")  # fmt: skip
+    assert result.code == 0, result.stderr
+    units = [r for r in records(tmp_path / "out") if not r["baseline"]]
+    assert len(units) == 2 and all(r["class_name"] in ("dog", "cat") and 0 <= r["probability"] <= 1 for r in units)

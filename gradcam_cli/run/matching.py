@@ -123,7 +123,7 @@ def _scoring_references(loaded: LoadedModel, references: tuple[str, ...], settin
     view = similarity_view(model, embed, concept)
     name = Path(references[0]).name if len(references) == 1 else f"{Path(references[0]).name} + {len(references) - 1} more"
     found = Matched("reference", (name,), references=tuple(str(path) for path in references))
-    return replace(loaded, model=view, class_names=[name], matched=found, output=None)
+    return replace(loaded, model=view, class_names=[name], matched=found)  # `output`: where the embedding was
 
 
 def _reference_input(path: Path, loaded: LoadedModel, settings: ExplainSettings) -> np.ndarray:
