@@ -28,6 +28,7 @@ from gradcam_cli.settings import ExplainSettings, TargetSettings
 DEFAULT_TEMPLATE = "a photo of a {}."
 MAX_PROMPT_CHARS = 1000  # a prompt is a sentence; a longer line is a file read by mistake
 REFERENCE_BATCH = 16  # reference images embedded this many at a time
+TEXT_BATCH = 256  # prompts embedded this many at a time
 
 
 def matched(loaded: LoadedModel, settings: ExplainSettings, device: torch.device) -> LoadedModel:
@@ -104,8 +105,9 @@ def _scoring_texts(loaded: LoadedModel, matching: Matched, device: torch.device)
     towers, model = loaded.towers, loaded.model
     assert towers is not None
     model.to(device)
-    with eval_mode(model):
-        texts = towers.embed_texts(model, matching.prompts, device)
+    with eval_mode(model):  # in chunks: a thousand labels' prompts need not be in memory at once
+        chunks = [matching.prompts[i : i + TEXT_BATCH] for i in range(0, len(matching.prompts), TEXT_BATCH)]
+        texts = torch.cat([towers.embed_texts(model, chunk, device) for chunk in chunks])
     scale, bias = towers.scale_and_bias(model)
     view = similarity_view(model, towers.embed_images, texts, scale, bias)
     return replace(loaded, model=view, class_names=list(matching.names), matched=matching, output=None)
