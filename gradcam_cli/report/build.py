@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from gradcam_cli.version import __version__
 from gradcam_cli.outputs.provenance import is_records_picture
 from gradcam_cli.outputs.run_files import now
-from gradcam_cli.report.cards import header, locator, place_files, record_cards, set_thumbs
+from gradcam_cli.report.cards import Locate, header, link, locator, place_files, record_cards, set_thumbs
 from gradcam_cli.report.collect import Warn, collect
 from gradcam_cli.report.legend import legends
 from gradcam_cli.report.page import write_page
@@ -47,7 +47,11 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
             places.append((photo, overlay, crop))
     if replaced:
         warn(f"{replaced} card(s) show no map: a later run with other settings wrote over their pictures (its cards show them)")
-    _thumbnails(report_dir, cards, places, workers or min(8, os.cpu_count() or 1))
+    workers = workers or min(8, os.cpu_count() or 1)
+    _thumbnails(report_dir, cards, places, workers)
+    lost = _references(report_dir, cards, locate, workers)
+    if lost:
+        warn(f"{lost} reference image(s) are not where the records say; their cards name them without a picture")
     missing = sum(1 for card in cards if card["ok"] and not card["thumb"] and not card["overlay_thumb"] and not card.get("replaced"))
     if missing:
         warn(f"{missing} card(s) have no picture: their files are not where the records say (run the report where the run ran)")
@@ -78,6 +82,26 @@ def _thumbnails(report_dir: Path, cards: list[dict[str, Any]], places: list[Plac
             set_thumbs(card, cut.get((photo, crop)), cut.get((overlay, crop)))
         else:
             set_thumbs(card, photo_thumbs.get(photo) if photo else None, overlay_thumbs.get(overlay) if overlay else None)
+
+
+def _references(report_dir: Path, cards: list[dict[str, Any]], locate: Locate, workers: int) -> int:
+    """A reference card's reference images, each linked where it is and a thumbnail of it (one per picture, shared by
+    every card that names it, and by the cards of its own when it is also an input); returns how many were not found."""
+    given = {number: card.pop("_references") for number, card in enumerate(cards) if "_references" in card}
+    found = {text: locate(text) for texts in given.values() for text in texts}
+    pictures = list(dict.fromkeys(path for path in found.values() if path is not None))
+    thumbs = dict(zip(pictures, make_thumbs(report_dir, ((picture, "", None) for picture in pictures), workers)))
+    for number, texts in given.items():
+        shown = []
+        for text in texts:
+            path = found[text]
+            thumb = thumbs.get(path) if path is not None else None
+            shown.append({
+                "input": text, "name": PurePath(text).name, "original": link(path, report_dir),
+                "thumb": thumb.name if thumb else None, "thumb_w": thumb.width if thumb else 0, "thumb_h": thumb.height if thumb else 0,
+            })  # fmt: skip
+        cards[number]["references"] = shown
+    return sum(path is None for path in found.values())
 
 
 def _crops(report_dir: Path, places: list[Place], workers: int) -> dict[Cut, Thumb | None]:

@@ -1,5 +1,6 @@
 """Records → the page's cards (one per image and explained class; a detector's: report/detections.py; a segmenter's:
-report/segments.py) and its header, in report/page.py's schema."""
+report/segments.py; a prompt's, a reference's, a regression's score: report/scores.py) and its header, in
+report/page.py's schema."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 from gradcam_cli.report.check import is_text
 from gradcam_cli.report.detections import class_table, detection_cards, is_detection
 from gradcam_cli.report.legend import run_colours
+from gradcam_cli.report.scores import is_scored, score_table, scored_fields, target_kind
 from gradcam_cli.report.segments import is_segmentation, segment_cards
 from gradcam_cli.report.thumbs import Crop, Thumb
 
@@ -77,6 +79,7 @@ def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
         "method": record.get("method"),
         "layers": record.get("layers") or [],
         "model": record.get("model"),
+        "target": target_kind(record),
     }
     if record.get("ok") and is_detection(record):
         return detection_cards(record, common)
@@ -91,6 +94,7 @@ def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
                 **common, "class_index": record.get("class_index"), "class_name": record.get("class_name"),
                 "probability": record.get("probability"), "blank": bool(record.get("blank")),
                 "metrics": record.get("metrics") or {}, "_overlay": overlay, "_npy": None,
+                **(scored_fields(record, record) if is_scored(record) else {}),
             }
         ]  # fmt: skip
     return [
@@ -103,6 +107,7 @@ def record_cards(record: dict[str, Any]) -> list[dict[str, Any]]:
             "metrics": {**(record.get("metrics") or {}), **(target.get("metrics") or {})},
             "_overlay": target.get("overlay"),
             "_npy": target.get("raw"),
+            **(scored_fields(record, target) if is_scored(record) else {}),
         }
         for target in targets
     ]
@@ -153,6 +158,7 @@ def header(cards: list[dict[str, Any]], runs: list[dict[str, Any]], generated: s
         "has_truth": bool(judged),
         "metrics": metrics,
         "detection": class_table(cards),
+        "scores": score_table(cards),
     }
 
 

@@ -7,7 +7,10 @@ every string is valid UTF-8 (no lone surrogate from a `\\ud800` escape), a
 detector's boxes are four such numbers, and a segmenter's regions are of a kind
 explain writes (a kind the page has no words for would be a card it cannot say);
 anything else is a bad line, counted and left out, never an internal error
-half-way through the build.
+half-way through the build. A record's `target` is any text: the kinds whose
+map explains a score (prompt, reference, regression: report/scores.py) get
+their own words, any other is shown as a class; `references`, an embedding
+model's reference images, is a list of paths or null.
 """
 
 from __future__ import annotations
@@ -88,8 +91,9 @@ TEXT, NUMBER, WHOLE, FLAG = optional(is_text), optional(is_number), optional(is_
 TEXTS, METRICS = optional(list_of(is_text)), optional(_metrics)
 TOP_ENTRY = shaped({"index": WHOLE, "name": TEXT, "probability": is_number}, required=("probability",))
 TARGET = shaped(
-    {"class_index": WHOLE, "class_name": TEXT, "probability": NUMBER, "blank": FLAG, "overlay": TEXT, "raw": TEXT, "metrics": METRICS}
-)
+    {"class_index": WHOLE, "class_name": TEXT, "score": NUMBER, "probability": NUMBER, "blank": FLAG, "overlay": TEXT, "raw": TEXT,
+     "metrics": METRICS}
+)  # fmt: skip
 SETTINGS = shaped({"norm": TEXT, "colormap": TEXT})
 FOUND = shaped(  # records.DetectionRecord: a kept detection (its match "tp" or "fp" where the truth was given)
     {"rank": WHOLE, "box": is_box, "class_index": WHOLE, "class_name": TEXT, "score": is_number, "blank": FLAG,
@@ -121,6 +125,7 @@ RECORD = shaped(
         "error": TEXT,
         "skipped": FLAG,
         "model": TEXT,
+        "target": TEXT,  # what the maps explain (vocab.TargetKind), maybe with ", negative"
         "method": TEXT,
         "layers": TEXTS,
         "true_class": TEXT,
@@ -128,6 +133,7 @@ RECORD = shaped(
         "outputs": TEXTS,
         "class_index": WHOLE,
         "class_name": TEXT,
+        "score": NUMBER,
         "probability": NUMBER,
         "blank": FLAG,
         "topk": optional(list_of(TOP_ENTRY)),
@@ -140,6 +146,7 @@ RECORD = shaped(
         "segment": WHOLE,
         "segments": optional(list_of(SEGMENT)),
         "overlap": optional(list_of(OVERLAP)),
+        "references": TEXTS,  # an embedding model's reference images, as the run was given them
     },
     required=("input", "ok"),
 )

@@ -3,7 +3,8 @@
 Browsers refuse `fetch()` of a local JSON file and ES modules from file://, so
 the data is `data.js`, one assignment to `window.GRADCAM_REPORT`, loaded by a
 classic <script> before `app.js` (and `segments.js`, a segmenter's cards and
-table, which app.js calls). The shape of that object is `REPORT_SCHEMA` below;
+table, and `scores.js`, the cards and table of prompts, references and
+regression outputs, which app.js calls). The shape of that object is `REPORT_SCHEMA` below;
 the scripts read nothing else.
 """
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from gradcam_cli.outputs.files import write_atomic
 
-ASSETS = ("index.html", "app.js", "segments.js", "style.css")
+ASSETS = ("index.html", "app.js", "segments.js", "scores.js", "style.css")
 
 REPORT_SCHEMA = """
 window.GRADCAM_REPORT = {
@@ -58,6 +59,14 @@ window.GRADCAM_REPORT = {
       all: {images, regions, missed, area_fraction, mean_probability, energy_in_region,  // the same over every region
             iou, dice, missed_area},             // iou, dice: the mean of the classes' means; missed_area: the sum
     },
+    scores: null | {                             // cards whose map explains a score (report/scores.py): the table per prompt
+      kinds: ["prompt"],                         // the kinds of target among them: "prompt", "reference", "regression"
+      ranked: bool,                              // some image was scored against several prompts: best matches counted
+      rows: [{target: "prompt", class_name: "a dog"|null, class_index: 0,  // a prompt (the references, an output)
+              images: 3,                         // images scored against it
+              best: 2,                           // images where it scored highest of their prompts
+              mean: 27.3|null, min: 25.1|null, max: 29.0|null}],  // its scores; the most best matches first, then the mean
+    },
   },
   cards: [{                                      // one per (image, explained class); a failed image: one card, ok false
     id: 0,                                       // position, stable
@@ -73,6 +82,7 @@ window.GRADCAM_REPORT = {
     topk: [{index, name, probability}],
     true_class: "tabby"|null, correct: true|false|null,  // ground truth when known: top-1 == truth
     blank: false, method: "gradcam", layers: ["layer4"], model: "resnet50",
+    target: "class"|"prompt"|"reference"|"regression"|...|null,  // what the record's maps explain (vocab.TargetKind)
     thumb: "thumbs/0.jpg"|null, overlay_thumb: "thumbs/0o.jpg"|null,  // relative to the report folder
     thumb_w: 256, thumb_h: 192,                  // the thumbnails' size in pixels (both share it)
     original: "../../val/cat/1.jpg"|null,        // full-size files, relative to the report folder, plain text (the page encodes)
@@ -96,6 +106,14 @@ window.GRADCAM_REPORT = {
     iou: 0.5|null, dice: 0.67|null, missed_area: 1024|null,  // with truth: the class's, over the photo
     own_overlay: bool, picture,                  // as a detector's: its own overlay (--each), else the image's picture
                                                  // (every region outlined); thumb and overlay_thumb: the whole pictures
+    // a card whose target is "prompt", "reference" or "regression" (report/scores.py): no probability, no top-k, and
+    score: 27.3|null,                            // a prompt's similarity as the model scores the pair (logit scale x
+                                                 // cosine), a reference's cosine similarity, a regression's value
+    best: true|false|null, prompts: [{index, name, score}],  // a prompt's: its image's best match (null: one prompt); the
+                                                 // image's prompts, the highest score first ([]: one prompt)
+    references: [{input: "ref.png", name: "ref.png",  // a reference's: each reference image as the run was given it,
+                  original: "../../ref.png"|null,  // linked relative to the report folder (null: not found),
+                  thumb: "thumbs/x.jpg"|null, thumb_w: 256, thumb_h: 192}],  // its thumbnail
   }],
 }
 """

@@ -47,6 +47,9 @@
  *     data-match ("tp"|"fp"|"fn"|""), data-score ("" when none).
  *   A segmenter's report (header.segmentation set): its controls, table and cards are segments.js's (see its hooks);
  *     #filter-class is shared with a detector's.
+ *   Cards whose map explains a score (header.scores set: prompts, reference images, regression outputs): their controls,
+ *     table (#scores, in place of #classes where no card has a predicted class) and cards are scores.js's (see its
+ *     hooks); #filter-class is shared, and "score" sorts them. They have no true class in the matrix.
  *   performance marks: "gradcam:start" when app.js starts (data.js parsed), "gradcam:first-render" once the summary and
  *     the first page of cards are in the DOM, "gradcam:first-frame" after the first frame showing them, and
  *     "gradcam:rendered" after every render of the cards (the first included); document.body.dataset.renders counts them.
@@ -58,6 +61,7 @@
   var PAIRS = 12; // the most confused (true -> predicted) pairs listed under the matrix
   var CLASS_ROWS = 50; // rows of the classes table before its "show all" button
   var MAX_PAGE = 2000; // "all" on one page still pages beyond this many cards (the DOM would be too heavy)
+  var SCORE_ONLY = { prompt: true, reference: true, regression: true }; // targets whose maps explain a score, no class
   var OTHER = "*other";
 
   var $ = function (id) {
@@ -151,7 +155,8 @@
     nameLC[i] = c.name.toLowerCase();
     inputLC[i] = String(c.input == null ? "" : c.input).toLowerCase();
     predKey[i] = classKey(c.predicted, c.predicted_index);
-    truthKey[i] = c.true_class == null || c.true_class === "" ? null : "=" + c.true_class;
+    var noClass = typeof c.target === "string" && SCORE_ONLY.hasOwnProperty(c.target); // no prediction to judge
+    truthKey[i] = noClass || c.true_class == null || c.true_class === "" ? null : "=" + c.true_class;
     top1[i] = c.topk.length && c.topk[0].probability != null ? c.topk[0].probability : c.probability;
     if (truthKey[i] != null) truthCards++;
     if (c.correct === false) wrongCards++;
@@ -164,12 +169,18 @@
   var SEG = H.segmentation && Array.isArray(H.segmentation.classes) && typeof window.GRADCAM_SEGMENTS === "function"
     ? window.GRADCAM_SEGMENTS({ table: H.segmentation, cards: cards, esc: esc, url: url, pct: pct, num: num, plural: plural, classKey: classKey, keyLabel: keyLabel, thumbHtml: thumbHtml, nameHtml: nameHtml, collator: collator, $: $ })
     : null;
-  var isDet = new Array(N), isSeg = new Array(N), detKey = new Array(N), detErrors = 0, detJudged = 0;
+  // a prompt's, a reference's, a regression's: a score, no probability (report/scores.py), drawn by scores.js, the table
+  // per prompt in H.scores
+  var SCO = H.scores && Array.isArray(H.scores.rows) && typeof window.GRADCAM_SCORES === "function"
+    ? window.GRADCAM_SCORES({ table: H.scores, esc: esc, url: url, num: num, plural: plural, classKey: classKey, keyLabel: keyLabel, thumbHtml: thumbHtml, nameHtml: nameHtml, collator: collator, $: $ })
+    : null;
+  var isDet = new Array(N), isSeg = new Array(N), isSco = new Array(N), detKey = new Array(N), detErrors = 0, detJudged = 0;
   for (i = 0; i < N; i++) {
     c = cards[i];
     isDet[i] = c.kind === "detection" || c.kind === "missed" || c.kind === "empty";
     isSeg[i] = !!SEG && c.kind === "segment";
-    detKey[i] = isDet[i] || isSeg[i] ? classKey(c.class_name, c.class_index) : null; // #filter-class's key
+    isSco[i] = !!SCO && !isDet[i] && !isSeg[i] && SCO.is(c);
+    detKey[i] = isDet[i] || isSeg[i] || isSco[i] ? classKey(c.class_name, c.class_index) : null; // #filter-class's key
     if (c.match === "fp" || c.match === "fn") detErrors++;
     if (c.match != null) detJudged++;
   }
@@ -492,18 +503,21 @@
     simple("filter-method", "ctl-method", methods);
     if (DET) fillDetectionSelects();
     if (SEG) SEG.fillControls();
-    if ((DET || SEG) && !classList.length) $("ctl-predicted").hidden = $("ctl-low").hidden = $("panel-classes").hidden = true;
+    if (SCO) SCO.fillControls();
+    var own = DET || SEG || SCO; // cards of their own kind, a table of their own
+    if (own && !classList.length) $("ctl-predicted").hidden = $("ctl-low").hidden = $("panel-classes").hidden = true;
     var so = '<option value="id">run order</option>';
-    if (!(DET || SEG) || classList.length) so += '<option value="probability">probability</option><option value="margin">margin (top-1 − top-2)</option>';
-    if (DET) so += '<option value="score">score</option><option value="energy_in_box">energy in box</option><option value="iou">IoU</option>';
+    if (!own || classList.length) so += '<option value="probability">probability</option><option value="margin">margin (top-1 − top-2)</option>';
+    if (DET || SCO) so += '<option value="score">score</option>';
+    if (DET) so += '<option value="energy_in_box">energy in box</option><option value="iou">IoU</option>';
     if (SEG) so += SEG.sorts();
     so += '<option value="name">file name</option>';
     metricNames.forEach(function (m) {
       so += '<option value="metric:' + esc(m) + '">' + esc(m) + "</option>";
     });
     $("sort").innerHTML = so;
-    $("sort").value = DET || SEG ? "id" : "probability"; // a detector's, a segmenter's: each image's objects together, as found
-    $("sort-dir").value = DET || SEG ? "asc" : "desc";
+    $("sort").value = own ? "id" : "probability"; // a detector's, a segmenter's: each image's objects together, as found
+    $("sort-dir").value = own ? "asc" : "desc"; // (a prompt's: each image's prompts together)
   }
 
   // a detector's controls: its classes, what matched (with truth), a minimum score; a classifier's shown only beside its cards
@@ -572,6 +586,7 @@
       minScore: $("min-score").value.trim() === "" || isNaN(parseFloat($("min-score").value)) ? null : parseFloat($("min-score").value),
       region: $("filter-region").value,
       maxIou: $("max-iou").value.trim() === "" || isNaN(parseFloat($("max-iou").value)) ? null : parseFloat($("max-iou").value),
+      best: $("filter-best").value,
     };
   }
 
@@ -607,6 +622,7 @@
       if (f.match && !matchIs(f.match, c)) continue;
       if (f.minScore != null && !(typeof c.score === "number" && c.score >= f.minScore)) continue;
       if ((f.region || f.maxIou != null) && !(isSeg[j] && SEG.keep(f, c))) continue;
+      if (f.best && !(isSco[j] && SCO.keep(f, c))) continue;
       out.push(j);
     }
     return out;
@@ -633,6 +649,7 @@
   function cardHtml(j, f) {
     if (isDet[j]) return detectionCardHtml(j);
     if (isSeg[j]) return SEG.cardHtml(cards[j], j);
+    if (isSco[j]) return SCO.cardHtml(cards[j], j);
     var c = cards[j];
     var explained = c.class_name != null && c.class_name !== "" ? String(c.class_name) : c.class_index != null ? String(c.class_index) : "";
     var correct = c.correct === true ? "true" : c.correct === false ? "false" : "";
@@ -808,7 +825,7 @@
 
   function clearFilters() {
     $("search").value = "";
-    ["filter-predicted", "filter-truth", "filter-correct", "filter-blank", "filter-failed", "filter-model", "filter-method", "filter-class", "filter-match", "min-score", "filter-region", "max-iou"].forEach(function (id) {
+    ["filter-predicted", "filter-truth", "filter-correct", "filter-blank", "filter-failed", "filter-model", "filter-method", "filter-class", "filter-match", "min-score", "filter-region", "max-iou", "filter-best"].forEach(function (id) {
       $(id).value = "";
     });
     $("filter-lowconf").checked = false;
@@ -873,6 +890,9 @@
       } else if (filter === "match") {
         setSelect("filter-match", el.getAttribute("data-match") || "");
         if (key) setSelect("filter-class", key);
+      } else if (filter === "score" || filter === "best") {
+        if (key) setSelect("filter-class", key);
+        if (filter === "best") $("filter-best").value = "true";
       } else if (filter === "segment") {
         setSelect("filter-region", el.getAttribute("data-region") || "");
         if (key) setSelect("filter-class", key);
@@ -904,6 +924,7 @@
   renderConfusion();
   renderDetections();
   if (SEG) SEG.renderTable();
+  if (SCO) SCO.renderTable();
   fillSelects();
   if (DET && DET.has_truth && detErrors > 0) {
     $("filter-match").value = "errors";
