@@ -9,8 +9,8 @@ explain writes (a kind the page has no words for would be a card it cannot say);
 anything else is a bad line, counted and left out, never an internal error
 half-way through the build. A record's `target` is any text: the kinds whose
 map explains a score (prompt, reference, regression: report/scores.py) get
-their own words, any other is shown as a class; `references`, an embedding
-model's reference images, is a list of paths or null.
+their own words, any other is shown as a class; `prompts` and `references`
+(the texts, the reference images a similarity is to) are lists of text or null.
 """
 
 from __future__ import annotations
@@ -146,6 +146,7 @@ RECORD = shaped(
         "segment": WHOLE,
         "segments": optional(list_of(SEGMENT)),
         "overlap": optional(list_of(OVERLAP)),
+        "prompts": TEXTS,  # the texts a CLIP-style model scored the image against
         "references": TEXTS,  # an embedding model's reference images, as the run was given them
     },
     required=("input", "ok"),

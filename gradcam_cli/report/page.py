@@ -109,7 +109,7 @@ window.GRADCAM_REPORT = {
     // a card whose target is "prompt", "reference" or "regression" (report/scores.py): no probability, no top-k, and
     score: 27.3|null,                            // a prompt's similarity as the model scores the pair (logit scale x
                                                  // cosine), a reference's cosine similarity, a regression's value
-    best: true|false|null, prompts: [{index, name, score}],  // a prompt's: its image's best match (null: one prompt); the
+    best: true|false|null, prompt_scores: [{index, name, score}],  // a prompt's: its image's best match (null: one prompt); the
                                                  // image's prompts, the highest score first ([]: one prompt)
     references: [{input: "ref.png", name: "ref.png",  // a reference's: each reference image as the run was given it,
                   original: "../../ref.png"|null,  // linked relative to the report folder (null: not found),

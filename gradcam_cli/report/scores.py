@@ -44,7 +44,7 @@ def scored_fields(record: dict[str, Any], target: dict[str, Any]) -> dict[str, A
     fields: dict[str, Any] = {"score": target.get("score"), "probability": None}
     if kind == "prompt":
         ranked = _ranked(record.get("targets") or [])
-        fields["prompts"] = ranked if len(ranked) > 1 else []
+        fields["prompt_scores"] = ranked if len(ranked) > 1 else []
         fields["best"] = ranked[0]["index"] == target.get("class_index") if len(ranked) > 1 else None
     elif kind == "reference":
         fields["_references"] = list(record.get("references") or [])

@@ -69,7 +69,7 @@ window.GRADCAM_SCORES = function (kit) {
       h += "</div>";
     }
     h += '<div class="line"><span class="k" title="' + esc(w.title) + '">' + w.score + '</span> <b class="score" title="' + esc(w.title) + '">' + score(c.target, c.score) + "</b></div>";
-    if (c.target === "prompt" && Array.isArray(c.prompts) && c.prompts.length > 1) h += promptList(c);
+    if (c.target === "prompt" && Array.isArray(c.prompt_scores) && c.prompt_scores.length > 1) h += promptList(c);
     if (c.target === "reference") h += references(c);
     var meta = [c.model, c.method, (c.layers || []).join(", ")].filter(function (x) { return x; });
     if (meta.length) h += '<div class="meta">' + meta.map(function (m) { return "<bdi>" + esc(m) + "</bdi>"; }).join(" · ") + "</div>";
@@ -84,7 +84,7 @@ window.GRADCAM_SCORES = function (kit) {
   // the image's prompts, the highest score first, this card's in bold
   function promptList(c) {
     var h = '<ol class="topk prompts" title="the prompts this image was scored against, the highest first">';
-    c.prompts.forEach(function (e) {
+    c.prompt_scores.forEach(function (e) {
       var name = e.name != null && e.name !== "" ? String(e.name) : String(e.index);
       var own = c.class_index != null ? e.index === c.class_index : name === label(c);
       h += '<li class="' + (own ? "is-explained" : "") + '"><span class="tn">' + esc(name) + '</span><span class="tp">' + score("prompt", e.score) + "</span></li>";
