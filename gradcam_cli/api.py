@@ -23,7 +23,7 @@ from gradcam_cli.errors import GradcamError, InputError, LayerError, Notice, Usa
 from gradcam_cli.geometry import Geometry, plan_geometry, to_input_array
 from gradcam_cli.layers.defaults import default_layer_paths
 from gradcam_cli.maps import CamOptions, member_of
-from gradcam_cli.vocab import Combine, Norm
+from gradcam_cli.vocab import Combine, Norm, TargetKind
 from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.load import load_model as load_loaded_model
@@ -33,7 +33,7 @@ from gradcam_cli.outputs.provenance import stamp_for
 from gradcam_cli.outputs.render import guided_photo, photo_maps
 from gradcam_cli.outputs.writer import caption_for, image_probabilities, image_record, target_record
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
-from gradcam_cli.api_arguments import LayerSpec, as_choice, as_resolved, checked_call, checked_model, class_list, photo_of
+from gradcam_cli.api_arguments import LayerSpec, as_choice, as_resolved, checked_call, checked_model, class_list, photo_of, text_list
 from gradcam_cli.api_detections import detection_explanation
 from gradcam_cli.api_segments import segment_explanation
 from gradcam_cli.found import Segments
@@ -145,6 +145,8 @@ def _settings(ready: ReadyModel, given: dict[str, Any]) -> ExplainSettings:
     classes, grid = given.pop("classes"), given.get("grid")
     if classes is not None:
         given["classes"] = [str(c) for c in class_list(classes, names=True)]
+    given["prompts"] = text_list(given.get("prompts"), "prompts", "a text")
+    given["references"] = text_list(given.get("references"), "references", "an image file's path", paths=True)
     if isinstance(grid, Sequence) and not isinstance(grid, str):
         given["grid"] = "x".join(str(int(v)) for v in grid)
     try:
@@ -209,6 +211,8 @@ def _class_map(
         heat,
         guided,
         record,
+        prompt=record.class_name if run.kind is TargetKind.prompt else None,
+        similarity=record.score if run.kind in (TargetKind.prompt, TargetKind.reference) else None,
     )
 
 
@@ -253,6 +257,10 @@ def explain(
     multilabel: bool = False,
     threshold: float | None = None,
     output_index: int | None = None,
+    prompts: str | Sequence[str] | None = None,
+    prompt_file: str | os.PathLike[str] | None = None,
+    template: str | None = None,
+    references: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
 ) -> Explanation:
     """Explain one image as `gradcam explain IMAGE` does, and return its maps and overlays instead of writing them.
 
@@ -262,8 +270,11 @@ def explain(
     ObjectMap per detection scoring at least `score_threshold`, at most `max_detections` (of `classes` if given; an
     instance segmenter's with its `mask`); a segmenter's one RegionMap per class covering at least `min_area` of the
     image (or per class of `classes`). `method` and `combine` None take the task's own (gradcam and mean; a
-    detector's hirescam and sum; a segmenter's hirescam and mean). The other options are those of `gradcam explain`
-    (README). The model is left as found: no hook, the same train/eval modes and requires_grad.
+    detector's hirescam and sum; a segmenter's hirescam and mean). A CLIP-style model explains its similarity to each of
+    `prompts` (a text or a list; `prompt_file`: one a line), one ClassMap each with its `prompt` and `similarity`, or
+    with `labels` is a zero-shot classifier (`template` makes a label its prompt); an embedding model explains its
+    cosine `similarity` to `references` (an image file or a list, averaged). The other options are those of `gradcam
+    explain` (README). The model is left as found: no hook, the same train/eval modes and requires_grad.
     """
     given = {k: v for k, v in locals().items() if k not in ("image", "model", "layers")}  # named as the option table
     ready = _ready(model)

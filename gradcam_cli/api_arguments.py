@@ -125,3 +125,15 @@ def checked_call(x: object, method: object, grid: object) -> tuple[int, int] | N
     if grid is not None and not (isinstance(grid, Sequence) and len(grid) == 2 and all(is_index(v) for v in grid)):
         raise UsageError(f"grid={one_line(repr(grid), 40)} is not (rows, columns) of the layer's tokens: give two ints or 'HxW'")
     return None if grid is None else (int(grid[0]), int(grid[1]))
+
+
+def text_list(value: object, name: str, one: str, paths: bool = False) -> list[str] | None:
+    """A list option (`prompts`, `references`) as the option table takes it: one text (or path) is a list of one; a
+    list of them as it is; anything else refused, saying what is taken (a lone str is never read as its characters)."""
+    if value is None:
+        return None
+    taken: tuple[type, ...] = (str, os.PathLike) if paths else (str,)
+    items = [value] if isinstance(value, taken) else value
+    if isinstance(items, Sequence) and not isinstance(items, (str, bytes)) and all(isinstance(v, taken) for v in items):
+        return [os.fspath(v) for v in items]
+    raise UsageError(f"{name}={one_line(repr(value), 40)} ({type(value).__name__}) is not what {name} takes: give {one}, or a list of them")

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class ClassMap:
-    """One explained class: its map and overlay at the photo's resolution, and its part of the record."""
+    """One explained class (or prompt, or references): its map and overlay at the photo's resolution, its part of the record."""
 
     class_index: int
     class_name: str | None
@@ -28,6 +28,8 @@ class ClassMap:
     overlay: Image.Image = field(repr=False)  # the heat map blended over the photo (RGB)
     guided: Image.Image | None = field(repr=False)  # method="guided-gradcam": the guided Grad-CAM image (RGB)
     record: TargetRecord = field(repr=False)  # the CLI record's target, without file paths (nothing was written)
+    prompt: str | None = None  # a CLIP-style model's map: the text whose similarity to the image it explains
+    similarity: float | None = None  # a prompt's or the references' map: that similarity (the score), else None
 
 
 @dataclass(frozen=True, eq=False)
