@@ -4,7 +4,8 @@ The layout, top to bottom and left to right:
 
     header      the class and its probability (and what the caller adds), and the
                 colour scale (legend.py): on one line, or the scale on a line of its own
-    labels      "input" over the first column, then each method over its column
+    labels      "input" over the first column, then each method over its column (or each
+                prompt, on up to two lines, its note, a score, kept whole after it)
     rows        a gutter with the row's label (the layer, and a note: its map's
                 resolution), then the first column, then one cell per method
 
@@ -125,11 +126,14 @@ def draw_grid(
     notes: Sequence[str] | None = None,
     scale: Scale | None = None,
     colormap: Colormap = Colormap.jet,
+    column_notes: Sequence[str] | None = None,
 ) -> Grid:
     """The grid of `cells[row][column]` (each an RGB picture of the photo's size) with its labels and the photo.
 
     `notes`: a few words after each row's label (its layer's map resolution, `7×7`); `scale`: what the ends of the
-    colour bar in the header mean (None: ⟨norm=minmax⟩'s 0 to 1), the bar in `colormap`'s colours.
+    colour bar in the header mean (None: ⟨norm=minmax⟩'s 0 to 1), the bar in `colormap`'s colours. `column_notes`: a
+    few words after each column's label, never cut (a prompt's score): the label breaks between words onto a second
+    line when it does not fit one, and what fits neither is cut with '…' before the note.
     """
     _check(photo, cells, rows, columns)
     from PIL import Image, ImageDraw
@@ -139,7 +143,8 @@ def draw_grid(
     left = layout.margin + layout.gutter
     width = left + (len(columns) + 1) * (layout.slot_w + layout.gap) - layout.gap + layout.margin
     head = _Header.plan(header, scale or MINMAX, layout, width - 2 * layout.margin)
-    label_h = layout.band(layout.text)
+    titles = _Titles.plan(columns, column_notes, layout)
+    label_h = layout.band(layout.text) + (len(max(titles.lines, key=len)) - 1) * sum(font(layout.text).getmetrics())
     top = layout.margin + head.height + label_h
     height = top + len(rows) * (layout.slot_h + layout.gap) - layout.gap + layout.margin
     canvas = Image.new("RGB", (width, height), BACKGROUND)
@@ -156,8 +161,9 @@ def draw_grid(
     header_box, legend_box, bar = head.draw(canvas, ink, layout, colormap)
     label_y = layout.margin + head.height
     label_boxes = [(left + c * (layout.slot_w + layout.gap), label_y, layout.slot_w, label_h) for c in range(len(columns) + 1)]
-    for text, box in zip([input_label, *columns], label_boxes):
-        _write(ink, text, box, layout.text, centred=True)
+    _write(ink, input_label, label_boxes[0], layout.text, centred=True)
+    for lines, box in zip(titles.lines, label_boxes[1:]):
+        _write_centred(ink, lines, box, layout.text)
     row_boxes = []
     for r, (label, note) in enumerate(zip(rows, notes)):
         row_boxes.append((layout.margin, top + r * (layout.slot_h + layout.gap), layout.gutter - layout.gap, layout.slot_h))
@@ -200,6 +206,22 @@ class _Header:
         return (margin, margin, room, self.height), legend, bar
 
 
+@dataclass(frozen=True)
+class _Titles:
+    """The columns' labels as drawn: each its lines (one, cut with '…', without notes; up to two with them)."""
+
+    lines: tuple[tuple[str, ...], ...]
+
+    @staticmethod
+    def plan(columns: Sequence[str], notes: Sequence[str] | None, layout: _Layout) -> _Titles:
+        face, room = font(layout.text), layout.slot_w - 2 * INSET
+        if notes is None:
+            return _Titles(tuple((fitted(one_line(text), face, room),) for text in columns))
+        if len(notes) != len(columns):
+            raise ValueError(f"column_notes must be one per column ({len(columns)}), not {len(notes)}")
+        return _Titles(tuple(tuple(noted_lines(text, note, layout.text, room, COLUMN_LINES)) for text, note in zip(columns, notes)))
+
+
 def _check(photo: np.ndarray, cells: Sequence[Sequence[np.ndarray]], rows: Sequence[str], columns: Sequence[str]) -> None:
     if photo.ndim != 3 or photo.shape[2] != 3 or photo.dtype != np.uint8:
         raise ValueError(f"the photo must be (H, W, 3) uint8, not {photo.shape} {photo.dtype}")
@@ -209,6 +231,16 @@ def _check(photo: np.ndarray, cells: Sequence[Sequence[np.ndarray]], rows: Seque
         for rgb in row:
             if rgb.shape != photo.shape:
                 raise ValueError(f"every cell must have the photo's shape {photo.shape}, not {rgb.shape}")
+
+
+def _write_centred(ink: Any, lines: Sequence[str], box: Box, size: int) -> None:
+    """Lines already fitted to the box, each centred, the block centred on the box's height."""
+    face = font(size)
+    step = sum(face.getmetrics())
+    y = box[1] + (box[3] - step * len(lines)) / 2
+    for line in lines:
+        ink.text((box[0] + (box[2] - face.getlength(line)) / 2, y), line, fill=INK, font=face)
+        y += step
 
 
 def _write(ink: Any, text: str, box: Box, size: int, centred: bool = False) -> None:
@@ -243,7 +275,45 @@ def wrapped(text: str, size: int, width: int, most: int) -> list[str]:
     return [line for line in lines if line]
 
 
-NOTE = " · "  # between a row's label and its note: `layer4 · 7×7`
+NOTE = " · "  # between a row's label and its note: `layer4 · 7×7`, a column's and its: `a photo of a dog · 27.31`
+COLUMN_LINES = 2  # a column's label with a note (a prompt, its score) breaks onto at most this many lines
+
+
+def noted_lines(text: str, note: str, size: int, width: int, most: int) -> list[str]:
+    """A label and its note over at most `most` lines of `width` pixels: the label broken between words (a word too
+    long for a line anywhere), the note after it on the last line, whole; what does not fit is cut with '…' before
+    the note (a note wider than the line alone is cut)."""
+    face = font(size)
+    rest, tail = one_line(text).strip(), (NOTE + one_line(note)) if note else ""
+    lines: list[str] = []
+    while rest and len(lines) < most - 1 and face.getlength(rest + tail) > width:
+        head = _words_head(rest, face, width)
+        if not head:
+            break
+        lines.append(head.rstrip())
+        rest = rest[len(head) :].lstrip()
+    room = width - face.getlength(tail)
+    last = _cut_at_word(rest, face, room) if rest and room > 0 else ""
+    lines.append(last + tail if last else fitted(tail.removeprefix(NOTE) if tail else rest, face, width))
+    return [line for line in lines if line]
+
+
+def _cut_at_word(text: str, face: Any, width: float) -> str:
+    """`text` cut with '…' to `width` pixels, between words where that keeps most of it (`next to a blue…`)."""
+    shown = fitted(text, face, width)
+    head = shown.removesuffix("…")
+    cut = head.rfind(" ")
+    return head[:cut].rstrip() + "…" if shown != text and cut > len(head) // 2 else shown
+
+
+def _words_head(text: str, face: Any, width: int) -> str:
+    """The longest head of `text` within `width` pixels, ending between words where one does (with its space)."""
+    head = fitted(text, face, width)
+    if head == text:
+        return text
+    head = head.removesuffix("…")
+    cut = head.rfind(" ")
+    return head[: cut + 1] if cut > 0 else head
 
 
 def _noted(label: str, note: str) -> str:
