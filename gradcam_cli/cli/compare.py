@@ -1,4 +1,4 @@
-"""`gradcam compare`: one grid per image, rows of layers by columns of methods, to see how the evidence forms.
+"""`gradcam compare`: one grid per image, rows of layers by columns of methods (or of prompts), to see how the evidence forms.
 
 The options come from the one option table (option_table.OPTIONS), built into
 the signature as explain's are: every model option (derived from the table by
@@ -6,9 +6,12 @@ its group, so a new one reaches compare too), and the class, map and output
 options that mean the same in a comparison; only `--methods` and `--layers`
 are compare's own. Each cell is `gradcam_cli.explain()` of the image with that
 method and layer on the model loaded once, so a cell is exactly the overlay
-`gradcam explain --method M --layer L` writes. Bad method or layer names stop
-the run before any image is explained (exit 2); a bad image gets an error
-record and the others go on (exit 1). The run itself: cli/compare_run.py.
+`gradcam explain --method M --layer L` writes. With several `--prompt`s on a
+CLIP-style model the columns are the prompts, under one method: each cell the
+map of `gradcam explain --prompt P --layer L` (cli/compare_cells.py). Bad
+method or layer names stop the run before any image is explained (exit 2); a
+bad image gets an error record and the others go on (exit 1). The run itself:
+cli/compare_run.py.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 
 import typer
 
+from gradcam_cli.cli.compare_cells import Columns
 from gradcam_cli.cli.console import NO_INPUT_GIVEN
 from gradcam_cli.cli.compare_run import CompareRecord, Comparison, in_compare_flags
 from gradcam_cli.cli.explain import command_streams
@@ -34,25 +38,29 @@ MODEL_OPTIONS = tuple(option.name for option in OPTIONS if option.group == "mode
 # the table's other options that mean the same in a comparison; --method and --layer become --methods and --layers, and
 # what shapes explain's outputs (style, caption, raw maps, top-k, resume) or its streaming (batches, workers) is left out
 TABLE_OPTIONS = (
-    "inputs", *MODEL_OPTIONS, "classes", "crop", "relu", "norm", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid", "colormap",
-    "alpha", "output_dir", "recursive", "max_pixels", "device", "precision", "score_threshold", "max_detections", "min_area",
-    "json_lines", "quiet",
+    "inputs", *MODEL_OPTIONS, "classes", "prompts", "prompt_file", "template", "references", "crop", "relu", "norm", "eigen_smooth",
+    "aug_smooth", "cam_batch_size", "grid", "colormap", "alpha", "output_dir", "recursive", "max_pixels", "device", "precision",
+    "score_threshold", "max_detections", "min_area", "json_lines", "quiet",
 )  # fmt: skip
 CLI_ONLY = ("inputs", "json_lines", "quiet")
 
 
 def compare(ctx: typer.Context, methods: str, layers: str, detection: int | None, **given: Any) -> int:
-    """Write one grid per image: the maps of every --layers (rows) by every --methods (columns), the input first."""
+    """Write one grid per image: the maps of every --layers (rows) by every --methods (columns), the input first; with
+    several --prompt, by every prompt."""
     try:
         if detection is not None and detection < 0:
             raise UsageError(f"--detection {detection}: must be 0 or more (0 is each image's highest-scoring detection)")
         inputs, json_lines, quiet = (given.pop(name) for name in CLI_ONLY)
-        columns = parse_methods(methods)
+        asked = parse_methods(methods)
         if not inputs:
             raise UsageError(NO_INPUT_GIVEN)
         settings = build_settings(given)
         if len(settings.target.classes) > 1:
             raise UsageError("a comparison explains one class: give ⟨classes⟩ once (or not at all, for the top class)")
+        from gradcam_cli.run.matching import read_prompts
+
+        columns = Columns.of(asked, read_prompts(settings.target), detection)
         streams = command_streams(ctx)
         as_json = (not streams.stdout_tty) if json_lines is None else json_lines
         from gradcam_cli.run.pipeline import model_prints_to_stderr

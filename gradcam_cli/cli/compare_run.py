@@ -16,13 +16,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from gradcam_cli.cli.compare_cells import Cell, Columns
 from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, names_input, progress_line
 from gradcam_cli.cli.signals import HANDLED, StopRequests
 from gradcam_cli.errors import (
     ExitCode,
     GradcamError,
     InputError,
-    UsageError,
     Interrupted,
     OutputError,
     keep_marks,
@@ -30,7 +30,9 @@ from gradcam_cli.errors import (
     warnings_said,
 )
 from gradcam_cli.option_table import as_flag
+from gradcam_cli.outputs.text import described_score
 from gradcam_cli.settings import ExplainSettings
+from gradcam_cli.vocab import TargetKind
 
 GRID_NAME = "compare"  # OUT/<input path>.compare.png: explain's naming rule, with `compare` where it has the method
 OWN_FLAGS = {"method": "--methods", "layers": "--layers"}  # compare's spelling of the table's --method and --layer
@@ -52,7 +54,7 @@ def in_compare_flags(error: GradcamError) -> GradcamError:
 
 @dataclass(frozen=True)
 class CompareRecord:
-    """What `gradcam compare` says of one image: its grid, and where each cell of it is."""
+    """What `gradcam compare` says of one image: its grid, what its cells explain, and where each cell of it is."""
 
     input: str
     ok: bool
@@ -61,12 +63,18 @@ class CompareRecord:
     class_index: int | None = None
     class_name: str | None = None
     probability: float | None = None
+    score: float | None = None  # the first cell's: its class's logit, a prompt's or the references' similarity
+    target: str | None = None  # what the cells explain, as explain's records say it: class, detection, prompt, reference…
+    prompts: list[str] | None = None  # a CLIP-style model's prompts (several: the columns)
+    references: list[str] | None = None  # an embedding model's reference images, the similarity to their mean
     output: str | None = None
     outputs: list[str] = field(default_factory=list)  # the grid again, where `gradcam report` looks for a picture
     rows: list[str] = field(default_factory=list)  # the layers, top to bottom
     resolutions: list[list[int] | None] = field(default_factory=list)  # each row's map: [height, width] (None: not known)
-    columns: list[str] = field(default_factory=list)  # the methods, left to right
-    cells: list[dict[str, Any]] = field(default_factory=list)  # row, col, layer, method, blank, range, box [x, y, w, h]
+    across: str = "methods"  # what the columns are: methods, or (several prompts) prompts
+    columns: list[str] = field(default_factory=list)  # the methods, or the prompts, left to right
+    cells: list[dict[str, Any]] = field(default_factory=list)  # row, col, layer, method, class_index, class_name, score, blank,
+    # range, box [x, y, w, h]
 
     def to_json(self) -> str:
         from gradcam_cli.outputs.records import utf8
@@ -78,17 +86,28 @@ class CompareRecord:
         if not self.ok:
             error = self.error or "failed"
             return f"✗ {error}" if names_input(error, self.input) else f"✗ {self.input}: {error}"
-        name = f" {self.class_name}" if self.class_name else ""
         blank = sum(cell["blank"] for cell in self.cells)
         note = f"  ({blank} blank map{'s' if blank > 1 else ''}: no positive evidence there)" if blank else ""
-        size = f"{len(self.rows)}x{len(self.columns)} (layers x methods)"
-        return f"✓ {self.input} → {self.output}  class {self.class_index}{name} p={self.probability:.3f}  {size}{note}"
+        size = f"{len(self.rows)}x{len(self.columns)} (layers x {self.across})"
+        return f"✓ {self.input} → {self.output}  {self._explains()}  {size}{note}"
+
+    def _explains(self) -> str:
+        """What the cells explain: a class and its probability, a prompt and its similarity, or the prompts' method."""
+        if self.across == "prompts":
+            return f"{len(self.columns)} prompts, {self.cells[0]['method'] if self.cells else ''}"
+        kind = TargetKind(self.target) if self.target in {kind.value for kind in TargetKind} else TargetKind.single_class
+        said = described_score(kind, self.class_index, self.class_name, self.score)
+        if said is not None:
+            return said
+        name = f" {self.class_name}" if self.class_name else ""
+        return f"class {self.class_index}{name}" + (f" p={self.probability:.3f}" if self.probability is not None else "")
 
     def remarks(self) -> list[str]:
         """What stderr says of the image beside its JSON record: why it failed, which cells are blank."""
         if not self.ok:
             return [self.error or f"{self.input}: failed"]
-        blank = [f"{cell['method']} @ {cell['layer']}" for cell in self.cells if cell["blank"]]
+        column = "class_name" if self.across == "prompts" else "method"
+        blank = [f"{cell[column]} @ {cell['layer']}" for cell in self.cells if cell["blank"]]
         return [f"{self.input}: blank maps (no positive evidence) for {', '.join(blank)}"] if blank else []
 
 
@@ -121,6 +140,8 @@ class Comparison:
         self.records: list[CompareRecord] = []
         self.total = 0
         self.folders: Any = None  # outputs/files.Folders of the run (imported with the engine, not with --help)
+        self.kind = TargetKind.single_class  # what the cells explain, as the prepared run says it
+        self.matched: Any = None  # model/towers.Matched: the prompts or references the model scores against (None: neither)
 
     def warn(self, message: str) -> None:
         """A remark on stderr, one line, each said once, its option marks spelled as compare's flags."""
@@ -129,7 +150,7 @@ class Comparison:
             self.said.add(text)
             self.reporter.warn(text)
 
-    def run(self, inputs: list[str], columns: list[str], paths: list[str] | None) -> int:
+    def run(self, inputs: list[str], columns: Columns, paths: list[str] | None) -> int:
         """Scan, load, compare; a signal stops the run before the next cell, the grids written so far kept."""
         from gradcam_cli.inputs.sources import iter_sources
 
@@ -159,7 +180,7 @@ class Comparison:
         done = sum(record.ok for record in self.records)
         return f"interrupted by {name}; every file written is complete; {done} of {self.total} images compared, their grids kept"
 
-    def _compare_all(self, stops: StopRequests, sources: list[Any], columns: list[str], paths: list[str] | None) -> None:
+    def _compare_all(self, stops: StopRequests, sources: list[Any], columns: Columns, paths: list[str] | None) -> None:
         from gradcam_cli.outputs.files import Folders
         from gradcam_cli.outputs.naming import OutputNamer, ensure_writable
 
@@ -204,17 +225,18 @@ class Comparison:
             return ready, stage_paths(ready.model, ready.arch, ready.source, notice=self.warn, input_hw=ready.data_config.input_hw)
         return ready, list(dict.fromkeys(resolve_layer(ready.model, path, ready.name).name for path in paths))
 
-    def _prepare(self, ready: Any, rows: list[str], columns: list[str]) -> None:
+    def _prepare(self, ready: Any, rows: list[str], columns: Columns) -> None:
         """Each method prepared as explain prepares a run, on every row, before any image: its options checked, the
         classes found, and what scorecam's and ablationcam's masked forwards will cost said."""
         from gradcam_cli.run.prepare import prepare_run
         from gradcam_cli.vocab import Method
 
-        for method in columns:
+        for method in columns.methods:
             target = replace(self.settings.target, method=Method(method), layers=tuple(rows))
             prepared = prepare_run(replace(self.settings, target=target), loaded=ready, device=ready.device, warn=self.warn)
             for notice in prepared.notices:
                 self.warn(notice)
+            self.kind, self.matched = prepared.kind, prepared.loaded.matched
 
     def _resolutions(self, ready: Any, rows: list[str]) -> list[tuple[int, int] | None]:
         """Each row's map size (the layer's spatial output, a token grid read as a run reads it) from one probe forward."""
@@ -226,19 +248,19 @@ class Comparison:
             sizes = {}
         return [sizes.get(layer, self.settings.target.grid) for layer in rows]
 
-    def _run_files(self, ready: Any, rows: list[str], columns: list[str]) -> Any:
+    def _run_files(self, ready: Any, rows: list[str], columns: Columns) -> Any:
         """The output folder's records file and the run's lines in its runs file, as explain and eval keep them."""
         from gradcam_cli import __version__
         from gradcam_cli.outputs.run_files import RunFiles, run_line
 
         what = run_line(
-            self.settings, self.streams.command, version=__version__, model=ready.name, method=",".join(columns), layers=rows,
+            self.settings, self.streams.command, version=__version__, model=ready.name, method=",".join(columns.methods), layers=rows,
             device=str(ready.device),
         )  # fmt: skip
         return RunFiles(self.settings.outputs.output_dir, what)
 
     def _one(
-        self, stops: StopRequests, ready: Any, namer: Any, source: Any, rows: list[str], resolutions: list, columns: list[str]
+        self, stops: StopRequests, ready: Any, namer: Any, source: Any, rows: list[str], resolutions: list, columns: Columns
     ) -> CompareRecord:
         """One image's record: its grid written, or why it failed (the other images go on)."""
         try:
@@ -250,7 +272,7 @@ class Comparison:
             return self._failed(source.path, message)
 
     def _grid(
-        self, stops: StopRequests, ready: Any, namer: Any, source: Any, rows: list[str], resolutions: list, columns: list[str]
+        self, stops: StopRequests, ready: Any, namer: Any, source: Any, rows: list[str], resolutions: list, columns: Columns
     ) -> CompareRecord:
         """The image's cells, each as explain() gives it, drawn into the grid and written; its record."""
         from gradcam_cli.inputs.decode import load_image
@@ -264,43 +286,47 @@ class Comparison:
         photo = load_image(source.path, self.settings.inputs.max_pixels)
         cells = self._cells(stops, photo, ready, source.path, rows, columns)
         first = cells[0][0]
-        name = first.class_name or f"class {first.class_index}"
-        which = "" if first.detection is None else f", detection {first.detection}"
         notes = [f"{size[0]}x{size[1]}" if size else "" for size in resolutions]
         scale = EACH_RAW if self.settings.maps.norm is Norm.none else MINMAX
         grid = draw_grid(
-            photo, [[cell.overlay_rgb for cell in row] for row in cells], rows=rows, columns=columns,
-            header=f"{name}  p={first.probability:.2f}{which}  ·  {ready.name}", notes=notes, scale=scale,
-            colormap=self.settings.outputs.colormap,
+            photo, [[cell.overlay_rgb for cell in row] for row in cells], rows=rows, columns=columns.names,
+            header=columns.header(first, self.kind, ready.name), notes=notes, scale=scale, colormap=self.settings.outputs.colormap,
+            column_notes=columns.notes(cells[0]),
         )  # fmt: skip
         self._write(output, grid.picture)
+        methods = [columns.methods[0 if columns.by_prompt else c] for c in range(len(columns.names))]
         boxes = [
-            {"row": r, "col": c, "layer": rows[r], "method": columns[c], "blank": cells[r][c].blank, "range": cells[r][c].range,
-             "box": list(box)}
+            {"row": r, "col": c, "layer": rows[r], "method": methods[c], "class_index": cell.class_index, "class_name": cell.class_name,
+             "score": round(cell.score, 6), "blank": cell.blank, "range": cell.range, "box": list(box)}
             for r, row in enumerate(grid.cells)
-            for c, box in enumerate(row)
+            for c, (box, cell) in enumerate(zip(row, cells[r]))
         ]  # fmt: skip
+        matched = self.matched
         return CompareRecord(
             input=str(source.path), ok=True, model=ready.name, class_index=first.class_index, class_name=first.class_name,
-            probability=first.probability, output=str(output), outputs=[str(output)], rows=rows,
-            resolutions=[list(size) if size else None for size in resolutions], columns=columns, cells=boxes,
+            probability=first.probability, score=round(first.score, 6), target=self.kind.value,
+            prompts=list(matched.prompts) if matched and matched.task == "prompt" else None,
+            references=list(matched.references) if matched and matched.references else None, output=str(output),
+            outputs=[str(output)], rows=rows, resolutions=[list(size) if size else None for size in resolutions], across=columns.what,
+            columns=columns.names, cells=boxes,
         )  # fmt: skip
 
-    def _cells(self, stops: StopRequests, photo: Any, ready: Any, path: Path, rows: list[str], columns: list[str]) -> list[list[Any]]:
-        """Every cell of the image, the progress line saying which; a stop request is honoured before each."""
+    def _cells(self, stops: StopRequests, photo: Any, ready: Any, path: Path, rows: list[str], columns: Columns) -> list[list[Cell]]:
+        """Every cell of the image, the progress line saying which; a stop request is honoured before each explain()."""
         classes: Any = self.settings.target.classes[0] if self.settings.target.classes else None
         progress = self.reporter.progress
-        cells: list[list[Any]] = []
+        cells: list[list[Cell]] = []
         for r, layer in enumerate(rows):
             cells.append([])
-            for c, method in enumerate(columns):
+            for c, method in enumerate(columns.methods):  # several prompts: one method, one explain() gives the row
                 stops.checkpoint()
                 if progress:
-                    progress.doing(f"{path.name}: {method} @ {layer} ({r * len(columns) + c + 1}/{len(rows) * len(columns)})")
-                cell = _Cell.of(self._explain(photo, ready, layer, method, classes), self.detection)
-                if cell.detection is None:
-                    classes = cell.class_index  # every cell explains the class of the first (a detector's: the same detection)
-                cells[-1].append(cell)
+                    count = len(columns.methods)
+                    progress.doing(f"{path.name}: {method} @ {layer} ({r * count + c + 1}/{len(rows) * count})")
+                row = columns.cells(self._explain(photo, ready, layer, method, classes), self.detection)
+                if row[0].detection is None and self.kind not in (TargetKind.prompt, TargetKind.reference):
+                    classes = row[0].class_index  # every cell explains the class of the first (a detector's: the same detection)
+                cells[-1].extend(row)
         return cells
 
     def _explain(self, photo: Any, ready: Any, layer: str, method: str, classes: Any) -> Any:
@@ -313,6 +339,8 @@ class Comparison:
             alpha=s.outputs.alpha, relu=s.maps.relu, norm=s.maps.norm.value, eigen_smooth=s.maps.eigen_smooth,
             aug_smooth=s.maps.aug_smooth, cam_batch_size=s.maps.cam_batch_size, grid=s.target.grid, precision=s.run.precision.value,
             score_threshold=s.target.score_threshold, max_detections=s.target.max_detections, min_area=s.target.min_area,
+            prompts=list(s.target.prompts), prompt_file=s.target.prompt_file, template=s.target.template,
+            references=list(s.target.references),
         )  # fmt: skip
 
     def _write(self, output: Path, picture: Any) -> None:
@@ -340,61 +368,3 @@ class Comparison:
             where = f"; grids in {self.settings.outputs.output_dir}/" if failed < len(records) else ""
             self.streams.warn(f"compared {len(records) - failed} of {len(records)} images{f', {failed} failed' if failed else ''}{where}")
         return ExitCode.SOME_INPUTS_FAILED if failed else ExitCode.OK
-
-
-@dataclass(frozen=True)
-class _Cell:
-    """What the grid and the record keep of one cell: its overlay, class, blank flag and the range of its map's values."""
-
-    overlay_rgb: Any
-    class_index: int
-    class_name: str | None
-    probability: float | None
-    blank: bool
-    range: list[float]  # the map's lowest and highest value as computed: [0, 1] with minmax, its raw values with none
-    detection: int | None = None  # a detector's cell: the rank of the detection it explains
-
-    @staticmethod
-    def of(explained: Any, detection: int | None = None) -> _Cell:
-        import numpy as np
-
-        if explained.detections is not None:
-            return _Cell.of_detection(explained, detection or 0)
-        if explained.segments is not None and detection is None:
-            return _Cell.of_region(explained)
-        if detection is not None:
-            raise UsageError("⟨detection⟩ picks one of a detector's detections; this model is a classifier (leave it out)")
-        target, raw = explained.targets[0], explained.targets[0].raw
-        return _Cell(
-            np.asarray(target.overlay), target.class_index, target.class_name, target.probability, bool(target.blank),
-            [round(float(raw.min()), 6), round(float(raw.max()), 6)],
-        )  # fmt: skip
-
-    @staticmethod
-    def of_region(explained: Any) -> _Cell:
-        """A segmenter's cell: its first region's overlay and map (the cells after: its class); none is the image's error."""
-        import numpy as np
-
-        if not explained.segments:
-            raise InputError("<array>: no class covers ⟨min_area⟩ of this image; name one with ⟨classes⟩")
-        region = explained.segments[0]
-        return _Cell(
-            np.asarray(region.overlay), region.class_index, region.class_name, region.record.mean_probability,
-            bool(region.record.blank), [round(float(region.map.min()), 6), round(float(region.map.max()), 6)],
-        )  # fmt: skip
-
-    @staticmethod
-    def of_detection(explained: Any, rank: int) -> _Cell:
-        """A detector's cell: detection `rank`'s own overlay (only its box) and map; an image with fewer is its error."""
-        import numpy as np
-
-        if rank >= len(explained.detections):
-            raise InputError(
-                f"<array>: {len(explained.detections)} detection(s) reach the score threshold, so there is no detection {rank}; "
-                "pick a lower ⟨detection⟩ or ⟨score_threshold⟩"
-            )
-        found = explained.detections[rank]
-        return _Cell(
-            np.asarray(found.overlay), found.class_index, found.class_name, found.score, bool(found.record.blank),
-            [round(float(found.map.min()), 6), round(float(found.map.max()), 6)], rank,
-        )  # fmt: skip
