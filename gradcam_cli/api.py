@@ -270,11 +270,10 @@ def explain(
     ObjectMap per detection scoring at least `score_threshold`, at most `max_detections` (of `classes` if given; an
     instance segmenter's with its `mask`); a segmenter's one RegionMap per class covering at least `min_area` of the
     image (or per class of `classes`). `method` and `combine` None take the task's own (gradcam and mean; a
-    detector's hirescam and sum; a segmenter's hirescam and mean). A CLIP-style model explains its similarity to each of
-    `prompts` (a text or a list; `prompt_file`: one a line), one ClassMap each with its `prompt` and `similarity`, or
-    with `labels` is a zero-shot classifier (`template` makes a label its prompt); an embedding model explains its
-    cosine `similarity` to `references` (an image file or a list, averaged). The other options are those of `gradcam
-    explain` (README). The model is left as found: no hook, the same train/eval modes and requires_grad.
+    detector's hirescam and sum; a segmenter's hirescam and mean). A CLIP-style model: one ClassMap per `prompts` (a
+    text or a list, then `prompt_file`'s lines) with its `prompt` and `similarity`; an embedding model: one with its
+    `similarity` to `references` (a path or a list). The other options are those of `gradcam explain` (README:
+    `template`, with labels). The model is left as found: no hook, the same train/eval modes and requires_grad.
     """
     given = {k: v for k, v in locals().items() if k not in ("image", "model", "layers")}  # named as the option table
     ready = _ready(model)

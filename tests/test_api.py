@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 from PIL import Image
 
 import gradcam_cli
-from conftest import EXAMPLES, ROOT, assert_left_as_found, model_state, write_image
+from conftest import EXAMPLES, ROOT, assert_left_as_found, model_state, require, write_image
 from gradcam_cli.errors import GradcamError, InputError, LayerError, ModelError, UsageError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -238,6 +239,88 @@ def test_the_api_names_are_lazy_and_torch_free() -> None:
     assert done.stdout.strip() == ""
     assert gradcam_cli.explain.__module__ == "gradcam_cli.api"
     assert set(gradcam_cli.__all__) == {"__version__", *gradcam_cli._LAZY}
+
+
+# ---------------------------------------------------------------- prompts and references
+
+
+@pytest.fixture(scope="module")
+def tiny_clip_ready():
+    from test_prompts import TINY
+
+    require("open_clip")
+    return gradcam_cli.load_model("open_clip:ViT-B-32", pretrained=False, device="cpu", model_kwargs=TINY)
+
+
+def test_explain_with_prompts_equals_what_the_cli_writes_and_each_map_says_its_prompt(tiny_clip_ready, run_cli, tmp_path: Path) -> None:
+    from test_prompts import LAYER, TINY_ARGS, open_clip_input, square_images, tiny_clip
+
+    import torch
+
+    (photo,) = square_images(tmp_path / "in", 1)
+    prompts = ["a photo of a dog", "a red square"]
+    flags = [a for p in prompts for a in ("--prompt", p)]
+    result = run_cli("explain", photo, *TINY_ARGS, *flags, "--save-raw", "--device", "cpu", "-o", tmp_path / "out", "--json")
+    assert result.code == 0, result.stderr
+    (cli,) = result.records()
+    ours = gradcam_cli.explain(photo, tiny_clip_ready, prompts=prompts)
+    assert _without_paths(dataclasses.asdict(ours.record)) == _without_paths(cli)
+    assert ours.record.target == "prompt" and ours.record.layers == [LAYER]
+    for target, written in zip(ours.targets, cli["targets"], strict=True):
+        assert np.array_equal(target.raw, np.load(written["raw"]))
+    assert [t.prompt for t in ours.targets] == [t.class_name for t in ours.targets] == prompts
+    assert [t.similarity for t in ours.targets] == [t.score for t in ours.targets] == [t["score"] for t in cli["targets"]]
+    assert all(t.probability is None for t in ours.targets)
+    open_clip, model = pytest.importorskip("open_clip"), tiny_clip()
+    with torch.no_grad():
+        image, text, scale = model(open_clip_input(photo), open_clip.get_tokenizer("ViT-B-32")(prompts))
+    np.testing.assert_allclose([t.similarity for t in ours.targets], (scale * image @ text.T)[0].numpy(), atol=1e-5, rtol=0)
+    alone = gradcam_cli.explain(photo, tiny_clip_ready, prompts=prompts[1])  # one text is a list of one, not its characters
+    assert [t.prompt for t in alone.targets] == prompts[1:]
+    np.testing.assert_allclose(alone.targets[0].map, ours.targets[1].map, atol=1e-5, rtol=0)
+
+
+def test_explain_takes_a_prompt_file_and_labels_through_a_template(tiny_clip_ready, tmp_path: Path) -> None:
+    from test_prompts import TINY
+
+    photo = write_image(tmp_path / "photo.png", 64, 48, seed=2)
+    listed = tmp_path / "prompts.txt"
+    listed.write_text("# shapes\na ball\n\na box\n", encoding="utf-8")
+    filed = gradcam_cli.explain(photo, tiny_clip_ready, prompts="a dog", prompt_file=listed)
+    assert [t.prompt for t in filed.targets] == ["a dog", "a ball", "a box"]  # after the prompts, as the CLI reads it
+    labels = tmp_path / "labels.txt"
+    labels.write_text("dog\ncat\n", encoding="utf-8")
+    zero_shot = gradcam_cli.load_model("open_clip:ViT-B-32", labels=labels, pretrained=False, device="cpu", model_kwargs=TINY)
+    drawn = gradcam_cli.explain(photo, zero_shot, template="a drawing of a {}", topk=2)
+    assert drawn.record.target == "class" and {t.class_name for t in drawn.targets} == {"dog", "cat"}
+    assert all(t.prompt is None and t.similarity is None and 0 < t.probability < 1 for t in drawn.targets)  # a classifier's maps
+    plain = gradcam_cli.explain(photo, zero_shot, topk=2)
+    assert [t.score for t in plain.targets] != [t.score for t in drawn.targets]  # the template made other prompts
+
+
+def test_explain_takes_references_and_each_map_says_its_similarity(tmp_path: Path) -> None:
+    model = gradcam_cli.load_model("test_resnet", pretrained=False, device="cpu", model_kwargs={"num_classes": 0})
+    photo, first, second = (write_image(tmp_path / f"{n}.png", 64, 48, seed=s) for n, s in (("photo", 1), ("a", 2), ("b", 3)))
+    one = gradcam_cli.explain(photo, model, references=first)  # a path is a list of one
+    (target,) = one.targets
+    assert one.record.target == "reference" and one.record.references == [str(first)] and target.class_name == "a.png"
+    assert target.prompt is None and target.similarity == target.score and -1 <= target.similarity <= 1
+    both = gradcam_cli.explain(photo, model, references=[first, str(second)])  # Path or str, averaged into one concept
+    assert len(both.targets) == 1 and both.record.references == [str(first), str(second)]
+    assert both.targets[0].similarity != target.similarity
+    classified = gradcam_cli.explain(photo, gradcam_cli.load_model("test_resnet", pretrained=False, device="cpu"))
+    assert classified.targets[0].prompt is None and classified.targets[0].similarity is None
+
+
+@pytest.mark.parametrize("given, says", [
+    ({"prompts": 3}, "prompts=3 (int) is not what prompts takes: give a text, or a list of them"),
+    ({"prompts": ["a", b"b"]}, "is not what prompts takes"),
+    ({"references": 5}, "references=5 (int) is not what references takes: give an image file's path, or a list of them"),
+    ({"prompts": "a dog", "template": "a {}"}, "template"),
+])  # fmt: skip
+def test_wrong_prompts_or_references_are_refused_saying_what_is_taken(tiny_clip_ready, photo: Path, given: dict, says: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(says)):
+        gradcam_cli.explain(photo, tiny_clip_ready, **given)
 
 
 def _code_cells(notebook: dict) -> list[str]:
