@@ -132,8 +132,7 @@ def draw_grid(
 
     `notes`: a few words after each row's label (its layer's map resolution, `7×7`); `scale`: what the ends of the
     colour bar in the header mean (None: ⟨norm=minmax⟩'s 0 to 1), the bar in `colormap`'s colours. `column_notes`: a
-    few words after each column's label, never cut (a prompt's score): the label breaks between words onto a second
-    line when it does not fit one, and what fits neither is cut with '…' before the note.
+    few words after each column's label, never cut (a prompt's score; see noted_lines).
     """
     _check(photo, cells, rows, columns)
     from PIL import Image, ImageDraw
@@ -144,7 +143,7 @@ def draw_grid(
     width = left + (len(columns) + 1) * (layout.slot_w + layout.gap) - layout.gap + layout.margin
     head = _Header.plan(header, scale or MINMAX, layout, width - 2 * layout.margin)
     titles = _Titles.plan(columns, column_notes, layout)
-    label_h = layout.band(layout.text) + (len(max(titles.lines, key=len)) - 1) * sum(font(layout.text).getmetrics())
+    label_h = titles.height
     top = layout.margin + head.height + label_h
     height = top + len(rows) * (layout.slot_h + layout.gap) - layout.gap + layout.margin
     canvas = Image.new("RGB", (width, height), BACKGROUND)
@@ -208,18 +207,24 @@ class _Header:
 
 @dataclass(frozen=True)
 class _Titles:
-    """The columns' labels as drawn: each its lines (one, cut with '…', without notes; up to two with them)."""
+    """The columns' labels as drawn: each its lines (one, cut with '…', without notes; up to two with them), and the
+    height of their band, as many lines as the longest label's."""
 
     lines: tuple[tuple[str, ...], ...]
+    height: int
 
     @staticmethod
     def plan(columns: Sequence[str], notes: Sequence[str] | None, layout: _Layout) -> _Titles:
         face, room = font(layout.text), layout.slot_w - 2 * INSET
+        lines: tuple[tuple[str, ...], ...]
         if notes is None:
-            return _Titles(tuple((fitted(one_line(text), face, room),) for text in columns))
-        if len(notes) != len(columns):
+            lines = tuple((fitted(one_line(text), face, room),) for text in columns)
+        elif len(notes) != len(columns):
             raise ValueError(f"column_notes must be one per column ({len(columns)}), not {len(notes)}")
-        return _Titles(tuple(tuple(noted_lines(text, note, layout.text, room, COLUMN_LINES)) for text, note in zip(columns, notes)))
+        else:
+            lines = tuple(tuple(noted_lines(text, note, layout.text, room, COLUMN_LINES)) for text, note in zip(columns, notes))
+        extra = max(len(label) for label in lines) - 1
+        return _Titles(lines, layout.band(layout.text) + max(0, extra) * sum(face.getmetrics()))
 
 
 def _check(photo: np.ndarray, cells: Sequence[Sequence[np.ndarray]], rows: Sequence[str], columns: Sequence[str]) -> None:
@@ -282,7 +287,8 @@ COLUMN_LINES = 2  # a column's label with a note (a prompt, its score) breaks on
 def noted_lines(text: str, note: str, size: int, width: int, most: int) -> list[str]:
     """A label and its note over at most `most` lines of `width` pixels: the label broken between words (a word too
     long for a line anywhere), the note after it on the last line, whole; what does not fit is cut with '…' before
-    the note (a note wider than the line alone is cut)."""
+    the note; a line too narrow for both holds the note alone, the label's lines before it (a note wider than the
+    line alone is cut)."""
     face = font(size)
     rest, tail = one_line(text).strip(), (NOTE + one_line(note)) if note else ""
     lines: list[str] = []
@@ -294,7 +300,12 @@ def noted_lines(text: str, note: str, size: int, width: int, most: int) -> list[
         rest = rest[len(head) :].lstrip()
     room = width - face.getlength(tail)
     last = _cut_at_word(rest, face, room) if rest and room > 0 else ""
-    lines.append(last + tail if last else fitted(tail.removeprefix(NOTE) if tail else rest, face, width))
+    if last or not tail:
+        lines.append(last + tail)
+    else:  # no room for the label beside its note: the note on a line of its own, the line before it cut
+        if rest and lines:
+            lines[-1] = _cut_at_word(f"{lines[-1]} {rest}", face, width)
+        lines.append(fitted(tail.removeprefix(NOTE), face, width))
     return [line for line in lines if line]
 
 
