@@ -273,7 +273,9 @@ def test_eval_scores_each_image_and_prompt_by_its_similarity(tmp_path: Path, run
     assert explained.code == 0
     scores = {(Path(r["input"]).name, t["class_name"]): t["score"] for r in records(tmp_path / "explained") for t in r["targets"]}
     for unit in units:  # the deletion curve starts at the unperturbed similarity, the score explain's record carries
-        assert unit["curves"]["deletion"][0] == pytest.approx(scores[(Path(unit["input"]).name, unit["class_name"])], abs=1e-4)
+        score = scores[(Path(unit["input"]).name, unit["class_name"])]
+        assert unit["target"] == "prompt" and unit["probability"] is None and unit["score"] == pytest.approx(score, abs=1e-5)
+        assert unit["curves"]["deletion"][0] == pytest.approx(score, abs=1e-4)
 
 
 def test_a_picture_of_another_prompt_is_another_runs(tmp_path: Path, run_cli: Any) -> None:

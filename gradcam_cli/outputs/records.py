@@ -259,7 +259,9 @@ class EvalRecord:
     region: str | None = None  # a segmenter's: what the region is (predicted, box, mask, truth)
     class_index: int | None = None
     class_name: str | None = None
-    probability: float | None = None  # the class's probability; a detection's score
+    probability: float | None = None  # the class's probability; a detection's score; None for a similarity (see score)
+    score: float | None = None  # the model's raw score: a class's logit, a detection's score, a prompt's or reference's similarity
+    target: str | None = None  # what the maps explain, as explain's records say it (vocab.TargetKind)
     blank: bool | None = None
     topk: list[dict[str, Any]] = field(default_factory=list)  # the model's top classes, as explain's records
     metrics: dict[str, float | None] = field(default_factory=dict)

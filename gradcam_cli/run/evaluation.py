@@ -113,6 +113,7 @@ class Evaluator:
         first = self.runs[0]
         self.model, self.device, self.loaded = first.model, first.device, first.loaded
         self.task = eval_units(first)
+        self.target = first.kind.value  # what the maps explain, as each record says it
         self.task.check(settings)
         metrics = self.task.metrics(plan.scoring.metrics, plan.default_metrics, plan.boxes)
         self.scoring = replace(
@@ -287,8 +288,8 @@ class Evaluator:
         return EvalRecord(
             input=path, ok=True, model=self.loaded.name, method=name, baseline=baseline, layers=run.layer_names() if run else [],
             width=int(item.photo.shape[1]), height=int(item.photo.shape[0]), class_index=said.class_index,
-            class_name=said.class_name, probability=said.probability, blank=is_blank, topk=said.topk, metrics=metrics,
-            fractions=scores.fractions, curves={key: rows[unit] for key, rows in scores.curves.items()},
+            class_name=said.class_name, probability=said.probability, score=said.score, target=self.target, blank=is_blank,
+            topk=said.topk, metrics=metrics, fractions=scores.fractions, curves={key: rows[unit] for key, rows in scores.curves.items()},
             sanity=extra.sanity_of(name, unit), targets=targets, detection=said.detection, box=said.box, segment=said.segment,
             region=said.region,
         )  # fmt: skip

@@ -68,7 +68,7 @@ class Described:
 
     class_index: int
     class_name: str | None
-    probability: float  # a class's probability; a detection's score
+    probability: float | None  # a class's probability; a detection's score; None: a similarity (its score)
     score: float  # the model's raw score (a class's logit; a detection's score)
     topk: list[dict[str, Any]]
     detection: int | None = None  # its rank among the image's kept detections

@@ -249,7 +249,7 @@ class MatchUnits(ClassifyUnits):
         row, index = int(sets.units.image[unit]), int(sets.units.classes[unit])
         score = round(float(sets.logits[row, index]), 6)
         return Described(
-            class_index=index, class_name=name_of(names, index), probability=score, score=score, topk=[], named_class=self.prompts
+            class_index=index, class_name=name_of(names, index), probability=None, score=score, topk=[], named_class=self.prompts
         )
 
 
