@@ -371,3 +371,24 @@ def test_zero_shot_labels_evaluate_as_a_classifier(tmp_path: Path, run_cli: Any)
     assert result.code == 0, result.stderr
     units = [r for r in records(tmp_path / "out") if not r["baseline"]]
     assert len(units) == 2 and all(r["class_name"] in ("dog", "cat") and 0 <= r["probability"] <= 1 for r in units)
+
+
+class Picky(torch.nn.Module):
+    """A model that passes the blank probe at load, then fails on any real image, as a model of a fixed input size does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = torch.nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.std() > 0:
+            raise ValueError("this model takes only blank images")
+        return self.features(x).mean(dim=(2, 3))
+
+
+def test_a_model_failing_on_the_references_is_one_line(tmp_path: Path, run_cli: Any) -> None:
+    (tmp_path / "net.py").write_text("from test_prompts import Picky\n\ndef build():\n    return Picky()\n")
+    photo = write_image(tmp_path / "photo.png", 64, 64)
+    result = run_cli("explain", photo, "--model", f"{tmp_path / 'net.py'}:build", "--reference", photo, "-o", tmp_path / "out")
+    assert result.code != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "failed to embed the reference images: ValueError: this model takes only blank images" in result.stderr

@@ -9,6 +9,8 @@ a class score; a zero-shot classifier is a classifier, every part built for one 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,9 +18,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from gradcam_cli.errors import InputError, UsageError
+from gradcam_cli.errors import GradcamError, InputError, ModelError, UsageError
 from gradcam_cli.geometry import plan_geometry, to_input_array
 from gradcam_cli.inputs.decode import load_image
+from gradcam_cli.model.faults import fault_line
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.outputs import view_output
 from gradcam_cli.model.state import eval_mode
@@ -105,9 +108,9 @@ def _scoring_texts(loaded: LoadedModel, matching: Matched, device: torch.device)
     towers, model = loaded.towers, loaded.model
     assert towers is not None
     model.to(device)
-    with eval_mode(model):  # in chunks: a thousand labels' prompts need not be in memory at once
-        chunks = [matching.prompts[i : i + TEXT_BATCH] for i in range(0, len(matching.prompts), TEXT_BATCH)]
-        texts = torch.cat([towers.embed_texts(model, chunk, device) for chunk in chunks])
+    chunks = [matching.prompts[i : i + TEXT_BATCH] for i in range(0, len(matching.prompts), TEXT_BATCH)]
+    with eval_mode(model), _model_faults(loaded.name, "the prompts' texts", "check the model's text tower and tokenizer"):
+        texts = torch.cat([towers.embed_texts(model, chunk, device) for chunk in chunks])  # in chunks: a thousand labels' prompts
     scale, bias = towers.scale_and_bias(model)
     view = similarity_view(model, towers.embed_images, texts, scale, bias)
     return replace(loaded, model=view, class_names=list(matching.names), matched=matching, output=None)
@@ -119,7 +122,8 @@ def _scoring_references(loaded: LoadedModel, references: tuple[str, ...], settin
     images = torch.from_numpy(np.stack([_reference_input(Path(path), loaded, settings) for path in references]))
     model = loaded.model
     model.to(device)
-    with eval_mode(model), torch.no_grad():
+    hint = "give the input size the model takes with ⟨input_size⟩ (or ⟨model_kwargs⟩ for its builder)"
+    with eval_mode(model), torch.no_grad(), _model_faults(loaded.name, "the reference images", hint):
         parts = [_embedded(embed, model, chunk.to(device), loaded.name) for chunk in images.split(REFERENCE_BATCH)]
     concept = nn.functional.normalize(torch.cat(parts).float(), dim=-1).mean(dim=0, keepdim=True)
     view = similarity_view(model, embed, concept)
@@ -136,6 +140,17 @@ def _reference_input(path: Path, loaded: LoadedModel, settings: ExplainSettings)
         raise UsageError(f"⟨references⟩: {error}", hint="give an image file the model can embed") from None
     geometry = plan_geometry(photo.shape[:2], loaded.data_config, crop=settings.inputs.crop)
     return to_input_array(photo, geometry, loaded.data_config)
+
+
+@contextlib.contextmanager
+def _model_faults(name: str, what: str, hint: str) -> Iterator[None]:
+    """The model's own failure while it embeds the queries: one line naming it (and the line of the user's code)."""
+    try:
+        yield
+    except GradcamError:
+        raise
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - the model may raise anything; the user gets one line
+        raise ModelError(f"{name} failed to embed {what}: {fault_line(error)}", hint=hint) from error
 
 
 def _embedded(embed: Embed, model: nn.Module, x: torch.Tensor, name: str) -> torch.Tensor:
