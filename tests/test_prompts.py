@@ -392,3 +392,17 @@ def test_a_model_failing_on_the_references_is_one_line(tmp_path: Path, run_cli: 
     result = run_cli("explain", photo, "--model", f"{tmp_path / 'net.py'}:build", "--reference", photo, "-o", tmp_path / "out")
     assert result.code != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "failed to embed the reference images: ValueError: this model takes only blank images" in result.stderr
+
+
+def test_the_prompts_are_embedded_once_per_run_not_per_batch(tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradcam_cli.model.open_clip_towers import OpenClipTowers
+
+    calls: list[int] = []
+    embed = OpenClipTowers.embed_texts
+    monkeypatch.setattr(
+        OpenClipTowers, "embed_texts", lambda self, model, texts, device: calls.append(len(texts)) or embed(self, model, texts, device)
+    )
+    photos = square_images(tmp_path / "in", 3)
+    result = run_cli("explain", *photos, *TINY_ARGS, "--prompt", "a dog", "--prompt", "a cat", "-b", "1", "-o", tmp_path / "out")
+    assert result.code == 0, result.stderr
+    assert calls == [2] and len(records(tmp_path / "out")) == 3  # three batches of one image, the two prompts embedded once
