@@ -271,7 +271,7 @@ def test_explain_with_prompts_equals_what_the_cli_writes_and_each_map_says_its_p
     assert [t.prompt for t in ours.targets] == [t.class_name for t in ours.targets] == prompts
     assert [t.similarity for t in ours.targets] == [t.score for t in ours.targets] == [t["score"] for t in cli["targets"]]
     assert all(t.probability is None for t in ours.targets)
-    open_clip, model = pytest.importorskip("open_clip"), tiny_clip()
+    open_clip, model = require("open_clip"), tiny_clip()
     with torch.no_grad():
         image, text, scale = model(open_clip_input(photo), open_clip.get_tokenizer("ViT-B-32")(prompts))
     np.testing.assert_allclose([t.similarity for t in ours.targets], (scale * image @ text.T)[0].numpy(), atol=1e-5, rtol=0)
