@@ -22,7 +22,7 @@ import math
 import numpy as np
 from PIL import Image, ImageDraw
 
-__all__ = ["CLASSES", "make_detection_scene", "make_scene", "make_segmentation_scene", "shape_polygon"]
+__all__ = ["CLASSES", "make_detection_scene", "make_moving_scene", "make_scene", "make_segmentation_scene", "shape_polygon"]
 
 CLASSES: list[str] = ["circle", "square", "triangle", "star"]
 
@@ -248,6 +248,34 @@ def make_segmentation_scene(
     for cls, _, shape_mask in _place_shapes(img, rng, bg_mean, count_range, size_range, max_tries):
         mask[np.asarray(shape_mask) > 0] = cls + 1
     return img, mask
+
+
+def make_moving_scene(
+    rng: np.random.Generator, width: int, height: int, frames: int, cls: int | None = None
+) -> tuple[list[Image.Image], int, list[tuple[int, int, int, int]]]:
+    """One shape crossing a fixed cluttered background in a straight line: a clip's frames, its class, its box per frame.
+
+    The shape keeps its size, colour and tilt and moves across the scene (left
+    to right, a tenth of the width clear of either side, at a random height and
+    slope), so a map
+    that follows the object has a known place on every frame.  The background
+    is drawn once: only the shape moves.  Deterministic for a given ``rng`` state.
+    """
+    background, bg_mean = _background(rng, width, height)
+    cls = int(rng.integers(len(CLASSES))) if cls is None else cls
+    r = rng.uniform(_MIN_FRAC, _MAX_FRAC) * min(width, height) / 2
+    tilt = _UPRIGHT[CLASSES[cls]] + math.radians(rng.uniform(-_MAX_TILT_DEG, _MAX_TILT_DEG))
+    y0, y1 = rng.uniform(r + 1, height - r - 1, 2)
+    state = rng.bit_generator.state  # the same colour and texture on every frame
+    images, boxes = [], []
+    for t in np.linspace(0.0, 1.0, frames):
+        image = background.copy()
+        margin = r + 0.1 * width
+        cx, cy = margin + t * (width - 2 * margin), y0 + t * (y1 - y0)
+        rng.bit_generator.state = state
+        boxes.append(_paste_shape(image, rng, shape_polygon(cls, cx, cy, r, tilt), bg_mean)[0])
+        images.append(image)
+    return images, cls, boxes
 
 
 if __name__ == "__main__":  # quick visual check: python examples/shapes.py out.png

@@ -311,6 +311,19 @@ OPTIONS: tuple[Option, ...] = (
            help="Refuse images with more pixels than this (decompression bombs); 0 = no limit.",
            doc="refuse images larger than N pixels, read from the header before decoding (default 100,000,000; 0 = no limit): "
                "a guard against decompression bombs"),
+    Option(name="every", flags=("--every",), kind=int, default=1, group="inputs", metavar="N", minimum=1,
+           help="Videos: explain every Nth frame (the overlay video plays at the input's rate / N).",
+           doc="a video's frames explained: every Nth (default 1, every frame); its overlay video plays at the input's "
+               "frame rate divided by N"),
+    Option(name="fps", flags=("--fps",), kind=float, default=None, group="inputs", metavar="F", minimum=0.001,
+           help="Videos: explain F frames a second (the first frame at or after each 1/F s); excludes --every.",
+           doc="a video's frames explained: F a second, the first frame at or after each 1/F seconds (the overlay video "
+               "plays at F frames a second); excludes `--every`"),
+    Option(name="smooth", flags=("--smooth",), kind=int, default=1, group="outputs", metavar="K", minimum=1,
+           help="Videos: each frame's map the mean of the K maps centred on it (no flicker); said in caption and record.",
+           doc="a video's maps averaged over K neighbouring frames, centred (default 1: none), so a map does not flicker "
+               "between near-equal frames; the records' `settings.smooth` and the caption say it. A classifier's maps "
+               "only (a detector's follow their objects)"),
     Option(name="workers", flags=("--workers",), kind=int, default=0, group="run", metavar="N", minimum=0,
            minimum_meaning=" (0 = automatic)", help="Threads decoding and writing images beside the model; 0 = automatic.",
            doc="threads that decode images ahead of the model and write overlays behind it (default 0 = automatic: up to 4 "

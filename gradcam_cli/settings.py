@@ -94,6 +94,12 @@ class InputSettings:
     max_pixels: int = DEFAULT_MAX_PIXELS
     truth: Path | None = None  # a `path,class` CSV file (a detector's: boxes); without one, class folders say the truth
     iou: float = 0.5  # a detector's: the IoU a detection needs with a true box to match it
+    every: int = 1  # a video's: every Nth frame explained
+    fps: float | None = None  # a video's: F frames a second explained instead (excludes `every`)
+
+    def __post_init__(self) -> None:
+        if self.fps is not None and self.every != 1:
+            raise UsageError("⟨every⟩ and ⟨fps⟩ both choose a video's frames; give one")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,6 +113,7 @@ class OutputSettings:
     save_guided: bool = False
     each: bool = False  # a detector or segmenter: one overlay per detection or region too
     skip_existing: bool = False
+    smooth: int = 1  # a video's: each map the mean of K neighbouring frames' maps
     replace: bool = False  # write over outputs another run (other model, weights, method, layers, style) made
     report: bool = False
 

@@ -77,7 +77,7 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
             if scan.elsewhere:
                 return _none_in_this_shard(settings, streams, quiet)
             return _nothing_to_explain(scan, Reporter(streams, as_json, None))
-        reporter = Reporter(streams, as_json, progress_line(streams, quiet, scan.total if scan else None))
+        reporter = Reporter(streams, as_json, progress_line(streams, quiet, scan.total if scan and not scan.videos else None))
         try:
             if scan is not None:
                 scan.tell(reporter.warn)
@@ -206,8 +206,10 @@ def _finish(summary: Any, settings: ExplainSettings, streams: Streams, quiet: bo
 
         shard = shard_of(settings)
         part = f" in {shard.describe()}" if shard else ""
+        frames = summary.frames
+        what = "images" if not frames else ("video frames" if frames == summary.total else f"images and video frames ({frames} frames)")
         streams.warn(
-            f"explained {summary.done} of {summary.total} images{part}{skipped}{failed}{blank}{wrong}; "
+            f"explained {summary.done} of {summary.total} {what}{part}{skipped}{failed}{blank}{wrong}; "
             f"overlays in {settings.outputs.output_dir}/"
         )
     return ExitCode.SOME_INPUTS_FAILED if summary.failed else ExitCode.OK

@@ -92,6 +92,7 @@ class Scan:
     """The named inputs expanded once, before the model loads."""
 
     total: int = 0  # sources, failed ones included: the records the run will give
+    videos: int = 0  # videos among them: a record each frame, so the records to come are not known ahead
     failed: int = 0
     elsewhere: int = 0  # sources that are another shard's
     problems: list[Any] = field(default_factory=list)  # the error sources, in input order
@@ -114,6 +115,12 @@ class Scan:
                 failed(problem)
 
 
+def _is_video(path: Path) -> bool:
+    from gradcam_cli.inputs.video import is_video
+
+    return is_video(path)
+
+
 def scan_named(inputs: list[str], streams: Streams, settings: ExplainSettings) -> Scan:
     """Count what the named files, folders and globs hold (the progress bar's total), and read the files up to the
     first image: a run whose files are all no images (a text file named `.jpg`) fails without the model."""
@@ -125,6 +132,7 @@ def scan_named(inputs: list[str], streams: Streams, settings: ExplainSettings) -
             scan.elsewhere += 1
             continue
         scan.total += 1
+        scan.videos += source.error is None and _is_video(source.path)
         if source.error is None and not scan.image_seen:
             problem = _not_an_image(source.path, settings.inputs.max_pixels)
             source = replace(source, error=problem) if problem else source
@@ -139,9 +147,13 @@ def _not_an_image(path: Path, max_pixels: int) -> str | None:
     """Why this file cannot be explained, as the run would say it, or None: it is decoded as the run decodes it (a
     JPEG at its smallest draft size), once, for the first image only."""
     from gradcam_cli.inputs.decode import load_image
+    from gradcam_cli.inputs.video import VideoReader, is_video
 
     try:
-        load_image(path, max_pixels, at_least=(1, 1))
+        if is_video(path):  # opened as the run opens it: a file FFmpeg cannot read, or no PyAV, is said before the model
+            VideoReader(path).close()
+        else:
+            load_image(path, max_pixels, at_least=(1, 1))
     except GradcamError as error:
         return error.spelled(as_flag)
     return None

@@ -23,12 +23,14 @@ from typing import BinaryIO, TextIO
 from collections.abc import Callable, Iterable, Iterator
 
 from gradcam_cli.errors import printable
+from gradcam_cli.inputs.video import VIDEO_SUFFIXES
 from gradcam_cli.vocab import Method, values
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm", ".jfif"})
 GLOB_CHARS = set("*?[")
-# what OutputNamer writes: NAME.METHOD.png, NAME.METHOD.classN.png, NAME.METHOD[.classN].guided.png, and compare's NAME.compare.png
-OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in [*values(Method), "compare"]) + r")(\.class\d+)?(\.guided)?\.png$")
+# what OutputNamer writes: NAME.METHOD.png, NAME.METHOD.classN.png, NAME.METHOD[.classN].guided.png, compare's NAME.compare.png,
+# and a video's NAME.METHOD.mp4
+OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in [*values(Method), "compare"]) + r")((\.class\d+)?(\.guided)?\.png|\.mp4)$")
 NAME_MAX = 255  # bytes in one path component on ext4, XFS, btrfs, APFS, NTFS
 PATH_MAX = 4096  # bytes in a whole path on Linux
 STDIN_GIVE_UP = 1 << 20  # a "line" of a megabyte is no path list: stop reading stdin
@@ -190,7 +192,7 @@ class SourceScanner:
                 dirs[:] = sorted(d for d in dirs if not _is_inside(root_path / d, skip))
             for name in sorted(files):
                 path = root_path / name
-                if path.suffix.lower() in IMAGE_SUFFIXES:
+                if path.suffix.lower() in IMAGE_SUFFIXES or path.suffix.lower() in VIDEO_SUFFIXES:
                     yield from self._file(path)
         yield from self._unreadable(unreadable)
 

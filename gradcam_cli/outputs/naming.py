@@ -138,6 +138,14 @@ class OutputNamer:
             return {}
         return found
 
+    def video_paths(self, base: PurePath, raw: bool) -> tuple[Path, Path | None]:
+        """A video's overlay video `NAME.EXT.METHOD.mp4` and, when asked, its maps' .npy beside it."""
+        overlay, npy, _ = self.paths(base, None, raw)
+        video = overlay.with_suffix(".mp4")
+        if self._inputs and {video.resolve(), _location(video)} & self._inputs:
+            raise InputError(f"output {video} would overwrite an input of this run; choose another ⟨output_dir⟩")
+        return video, npy
+
     def paths(self, base: PurePath, class_index: int | None, raw: bool, guided: bool = False) -> tuple[Path, Path | None, Path | None]:
         """The overlay path and, when asked, the .npy map and the guided image beside it."""
         stem = self.stem(base) + f".{self.method}" + (f".class{class_index}" if class_index is not None else "")

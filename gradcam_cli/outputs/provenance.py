@@ -29,9 +29,11 @@ STAMP_HEX = 16
 RUN_KEYS = ("model", "source", "output", "target", "layers", "method")  # what every record says at its top level
 MAP_KEYS = ("pretrained", "preprocess", "relu", "norm", "combine", "eigen_smooth", "aug_smooth")  # in its `settings`
 PICTURE_KEYS = ("style", "colormap", "alpha", "caption")
+# a video's frames and maps over frames, stamped always (a record states them only when not these defaults)
+VIDEO_KEYS: dict[str, Any] = {"every": 1, "fps": None, "smooth": 1}
 QUERY_KEYS = ("prompts", "references")  # what a similarity is to: stamped only when a run has them (older stamps stay)
 # how a message names each setting; precision, device and version are how a map was computed, not what it shows
-SAID = {key: key.replace("_", " ") for key in (*RUN_KEYS, *QUERY_KEYS, *MAP_KEYS, *PICTURE_KEYS)}
+SAID = {key: key.replace("_", " ") for key in (*RUN_KEYS, *QUERY_KEYS, *MAP_KEYS, *PICTURE_KEYS, *VIDEO_KEYS)}
 SAID.update(weights_sha256="weights", weights_file="weights")
 DIFFERENCES_SAID = 2
 
@@ -46,6 +48,7 @@ def making(context: dict[str, Any]) -> Making:
         **{key: settings.get(key) for key in MAP_KEYS},
         "weights_sha256": file_sha256(Path(weights)) if weights else None,
         **{key: settings.get(key) for key in PICTURE_KEYS},
+        **{key: settings.get(key, default) for key, default in VIDEO_KEYS.items()},
     }
 
 
@@ -77,15 +80,24 @@ def stamp_hash(text: str) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:STAMP_HEX]
 
 
+def _stamp_text(path: Path) -> str | None:
+    """The stamp text a picture carries: a PNG's text chunk, an overlay video's comment tag."""
+    if path.suffix == ".mp4":
+        from gradcam_cli.outputs.video_files import video_stamp
+
+        return video_stamp(path)
+    return png_text(path, STAMP_KEY)
+
+
 def stamp_of(path: Path) -> str | None:
     """The hash of a picture's stamp, as its record has it; None when it has none (`gradcam report` pairs by it)."""
-    text = png_text(path, STAMP_KEY)
+    text = _stamp_text(path)
     return stamp_hash(text) if text is not None and text.isascii() else None
 
 
 def made_by_stamp(path: Path) -> Making | None:
     """What a picture's own stamp says made it, or None when it carries none."""
-    text = png_text(path, STAMP_KEY)
+    text = _stamp_text(path)
     try:
         made = json.loads(text) if text is not None else None
     except json.JSONDecodeError:

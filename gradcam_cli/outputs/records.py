@@ -154,6 +154,8 @@ class ImageRecord:
     device: str | None = None
     width: int | None = None
     height: int | None = None
+    frame: int | None = None  # a video's: the frame's index among all its frames (None: an image)
+    time: float | None = None  # a video's: the frame's time in seconds from the video's start
     class_index: int | None = None
     class_name: str | None = None
     score: float | None = None

@@ -40,6 +40,9 @@ class Item:
     error: str | None = None
     truth: list[TrueBox] | None = None  # a detector's true boxes in the photo's pixels, with ⟨truth⟩
     regions: Any = None  # a segmenter's named region and true mask (cams/segments.ImageRegions), when it has one
+    frame: Any = None  # a video's frame (inputs/video.Frame), decoded already, and its video (run/video_runs.VideoJob)
+    video: Any = None
+    end: Any = None  # after a video's last frame: the marker that closes its file (run/video_runs.VideoEnd)
 
     @property
     def skipped(self) -> bool:
@@ -48,7 +51,7 @@ class Item:
     @property
     def ready(self) -> bool:
         """Decoded and due: the model has to run on it."""
-        return self.error is None and not self.skipped
+        return self.error is None and not self.skipped and self.end is None
 
 
 class Batcher:

@@ -15,7 +15,7 @@ import errno
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from pathlib import Path, PurePath
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -30,12 +30,15 @@ from gradcam_cli.maps import CamBatch, ProgressFn
 from gradcam_cli.model.labels import class_aliases
 from gradcam_cli.outputs.naming import OutputNamer, ensure_writable
 from gradcam_cli.outputs.records import ImageRecord
+from gradcam_cli.outputs.frame_files import at_frame, frame_picture
+from gradcam_cli.outputs.video_files import FramePicture
 from gradcam_cli.outputs.writer import ResultWriter
 from gradcam_cli.run.batches import Batcher, Item
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.resume import existing_outputs
 from gradcam_cli.run.summary import Summary
 from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
+from gradcam_cli.run.video_runs import FrameDone, VideoRuns, video_refusal
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.vocab import Norm, TargetKind
@@ -94,6 +97,13 @@ class Explainer:
             replace=outputs.replace,
             each=outputs.each,
         )
+        self.videos = VideoRuns(settings, self.writer, self._video_refusal())
+
+    def _video_refusal(self) -> str | None:
+        """Why this run's settings cannot make videos (several maps a frame), said as each video's error."""
+        classes = self.prepared.classes
+        several = classes is not None and (len(classes.classes) > 1 or classes.topk > 1 or classes.by_threshold)
+        return video_refusal(several, classes is not None, self.settings)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -132,8 +142,11 @@ class Explainer:
         said_empty = False
         seen: list[Path] = []
 
-        def report(record: ImageRecord) -> None:
+        def report(result: object) -> None:
             nonlocal said_empty
+            record = self.videos.take(result)  # a video's frame goes into its file, its end closes it
+            if record is None:
+                return
             if self.judge is not None or self.regions is not None:  # which truth entries named no input: said at the end
                 seen.append(Path(record.input))
             record = self._told_truth(record)
@@ -149,20 +162,22 @@ class Explainer:
         window = 2 * self.settings.run.batch_size
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gradcam-io")
         writing = OrderedResults(limit=window)
-        decoded = ordered_map(pool, self._decode, self._named(sources), window)
+        items = self.videos.expand(self._named(sources), self.checkpoint)  # a video: its frames, then its end
+        decoded = ordered_map(pool, self._decode, items, window)
         try:
             for batch in self.batcher.batches(decoded, self.checkpoint):
                 for future in self._explain_batch(batch, pool):
                     writing.add(future)
                     for record in writing.ready():
-                        report(record)  # type: ignore[arg-type]
+                        report(record)
             for record in writing.rest():
-                report(record)  # type: ignore[arg-type]
+                report(record)
         except BaseException:
             decoded.close()  # the decoding queued ahead is dropped
             pool.shutdown(wait=True)  # every image whose maps are done is written
             for record in writing.finished():
-                report(record)  # type: ignore[arg-type]
+                report(record)
+            self.videos.abort_all()  # no half video under its final name
             raise
         pool.shutdown(wait=True)
         for truth in (self.judge, self.regions):
@@ -175,7 +190,7 @@ class Explainer:
         truth = self.truth.of(Path(record.input)) if self.truth is not None else None
         return record.with_truth(truth.name, truth.index) if truth is not None else record
 
-    def _named(self, sources: Iterable[Source]) -> Iterator[tuple[Source, PurePath]]:
+    def _named(self, sources: Iterable[Source]) -> Iterator[Item]:
         """Each input with its output name, claimed here in input order (the worker threads run out of order).
 
         The namer also learns each input as it streams by, so no output of this run replaces one.
@@ -185,17 +200,18 @@ class Explainer:
             base = self.namer.base_for(source.relative)
             if not source.error and (notice := self.namer.first_shortened(source.path, base)):
                 self.warn(notice)
-            yield source, base
+            yield Item(source, base, error=source.error)
 
-    def _decode(self, named: tuple[Source, PurePath]) -> Item:
-        """In a worker thread: the image read and prepared for the model (or why not, or skipped)."""
-        source, base = named
-        item = Item(source, base)
-        if source.error:
-            item.error = source.error
+    def _decode(self, item: Item) -> Item:
+        """In a worker thread: the image read and prepared for the model (or why not, or skipped); a video's frame is
+        decoded already."""
+        source, base = item.source, item.base
+        if item.error or item.end is not None or item.skipped:
             return item
         try:
-            if self.settings.outputs.skip_existing:
+            if item.frame is not None:
+                item.image = item.frame.image
+            elif self.settings.outputs.skip_existing:
                 item.existing = existing_outputs(
                     self.namer,
                     self.prepared.classes,
@@ -206,7 +222,8 @@ class Explainer:
                 )
                 if item.skipped:
                     return item
-            item.image = load_image(source.path, self.settings.inputs.max_pixels)
+            if item.image is None:
+                item.image = load_image(source.path, self.settings.inputs.max_pixels)
         except InputError as error:
             item.error = error.spelled(as_flag)
             return item
@@ -230,13 +247,16 @@ class Explainer:
 
     # ------------------------------------------------------------- one batch
 
-    def _explain_batch(self, batch: list[Item], pool: ThreadPoolExecutor) -> Iterator[Future[ImageRecord]]:
+    def _explain_batch(self, batch: list[Item], pool: ThreadPoolExecutor) -> Iterator[Future[object]]:
         """The maps of a batch computed here; each image's files handed to the pool as soon as its maps are known."""
         ready = [item for item in batch if item.ready]
         results = self.batcher.maps(ready) if ready else iter([])
         if self.judge is not None and ready:  # the whole batch's maps first: its misses are explained in one forward
             results = iter(self._judged(ready, list(results)))
         for item in batch:
+            if item.end is not None:
+                yield done(item.end)
+                continue
             if item.existing is not None:
                 yield done(self.writer.skipped_record(item.source.path, [str(p) for p in item.existing]))
                 continue
@@ -247,7 +267,14 @@ class Explainer:
                 else:
                     yield pool.submit(self._finish_safely, item, *result)
                     continue
-            yield done(self.writer.error_record(item.source.path, item.error))
+            yield done(self._failed(item, item.error))
+
+    def _failed(self, item: Item, message: str) -> ImageRecord | FrameDone:
+        """An input's error record; a video frame's goes back to its video, shown there without a map."""
+        record = self.writer.error_record(item.source.path, message)
+        if item.frame is None or item.video is None:
+            return record
+        return FrameDone(item.video, FramePicture(at_frame(record, item.frame), item.frame.image))
 
     def _judged(self, ready: list[Item], results: list[tuple[CamBatch, int] | str]) -> list[tuple[CamBatch, int] | str]:
         """The batch's detections judged against the truth (judge.py), its missed objects explained."""
@@ -256,7 +283,7 @@ class Explainer:
         self.judge.judge(done)
         return results
 
-    def _finish_safely(self, item: Item, cams: CamBatch, row: int) -> ImageRecord:
+    def _finish_safely(self, item: Item, cams: CamBatch, row: int) -> ImageRecord | FrameDone:
         """In a worker thread: this image's files and record; a failure becomes its error record.
 
         A folder that cannot take files any more (full disk, read-only) stops the
@@ -264,6 +291,10 @@ class Explainer:
         """
         try:
             assert item.image is not None and item.geometry is not None
+            if item.frame is not None:
+                job = item.video
+                picture = frame_picture(self.writer, item.source.path, item.frame, item.geometry, cams, row, item.base, job.path, job.raw)
+                return FrameDone(job, picture)
             return self.writer.finish(item.source.path, item.image, item.geometry, cams, row, item.base)
         except OSError as error:
             if error.errno in OUTPUT_FATAL_ERRNOS:
@@ -271,9 +302,9 @@ class Explainer:
                     f"cannot write to {self.settings.outputs.output_dir}: {error.strerror or error} "
                     "(files written so far are complete; free space or fix permissions, then re-run with --skip-existing)"
                 ) from None
-            return self.writer.error_record(item.source.path, f"{item.source.path}: {error}")
+            return self._failed(item, f"{item.source.path}: {error}")
         except InputError as error:
-            return self.writer.error_record(item.source.path, f"{item.source.path}: {error.spelled(as_flag)}")
+            return self._failed(item, f"{item.source.path}: {error.spelled(as_flag)}")
         finally:
             item.image = item.array = None
 

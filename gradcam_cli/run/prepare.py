@@ -108,7 +108,16 @@ class PreparedRun:
     def picture_settings(self) -> dict[str, Any]:
         """How the pictures are drawn (a report's colour legend reads the colour map from the records)."""
         outputs = self.settings.outputs
-        return {"style": outputs.style.value, "colormap": outputs.colormap.value, "alpha": outputs.alpha, "caption": outputs.caption}
+        inputs = self.settings.inputs
+        video = {  # a video's frames and maps over K frames: said when asked (an image's records stay as they were)
+            **({"every": inputs.every} if inputs.every > 1 else {}),
+            **({"fps": inputs.fps} if inputs.fps is not None else {}),
+            **({"smooth": outputs.smooth} if outputs.smooth > 1 else {}),
+        }
+        return {
+            "style": outputs.style.value, "colormap": outputs.colormap.value, "alpha": outputs.alpha, "caption": outputs.caption,
+            **video,
+        }  # fmt: skip
 
     def record_context(self) -> dict[str, Any]:
         """What every record of this run repeats, so a run can be reproduced from any line of its output."""

@@ -15,12 +15,14 @@ class Summary:
     skipped: int = 0  # --skip-existing: all outputs were there already
     correct: int = 0  # ground truth known and the model's top class is it
     wrong: int = 0
+    frames: int = 0  # records of a video's frames among them
 
     @property
     def total(self) -> int:
         return self.done + self.failed + self.skipped
 
     def count(self, record: ImageRecord) -> None:
+        self.frames += record.frame is not None
         if record.skipped:
             self.skipped += 1
         else:
