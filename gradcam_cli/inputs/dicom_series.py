@@ -179,7 +179,10 @@ def _ordered(folder: Path, slices: list[_Slice]) -> list[_Slice]:
 
 def _pixels(ordered: list[_Slice], pydicom: Any) -> np.ndarray:
     """The slices' pixels through the modality LUT (Hounsfield units for CT), stacked (columns, rows, slices)."""
-    from pydicom.pixels import apply_modality_lut
+    try:
+        from pydicom.pixels import apply_modality_lut
+    except ImportError:  # pydicom 2.4, where it lived before 3.0
+        from pydicom.pixel_data_handlers.util import apply_modality_lut  # type: ignore[no-redef]
 
     first = ordered[0]
     rows, columns = int(first.numbers("Rows")[0]), int(first.numbers("Columns")[0])
