@@ -116,11 +116,23 @@ def test_a_truncated_nifti_is_one_line(tmp_path: Path, name: str) -> None:
     assert name in str(error.value) and "truncated" in str(error.value) and "\n" not in str(error.value)
 
 
-def test_a_missing_library_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = write_nifti(tmp_path / "scan.nii", np.ones((3, 3, 3), np.float32), AFFINES["RAS"])
-    monkeypatch.setitem(sys.modules, "nibabel", None)  # `import nibabel` raises ImportError
-    with pytest.raises(UsageError, match=r"needs nibabel.*pip install 'gradcam-cli\[volumes\]'"):
+@pytest.mark.parametrize("library", ["nibabel", "pydicom"])
+def test_a_missing_library_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library: str) -> None:
+    path = write_nifti(tmp_path / "scan.nii", np.ones((3, 3, 3), np.float32), AFFINES["RAS"]) if library == "nibabel" else tmp_path
+    monkeypatch.setitem(sys.modules, library, None)  # `import LIBRARY` raises ImportError
+    with pytest.raises(UsageError, match=rf"needs {library}.*pip install 'gradcam-cli\[volumes\]'"):
         read_volume(path)
+
+
+def test_a_nifti2_map_is_nifti2(tmp_path: Path) -> None:
+    from gradcam_cli.outputs.volume_files import write_map_nifti
+
+    affine = oblique_coronal_affine()
+    nib.save(nib.Nifti2Image(np.zeros((3, 4, 5), np.float32), affine), tmp_path / "scan.nii")
+    volume = read_volume(str(tmp_path / "scan.nii"))
+    write_map_nifti(tmp_path / "map.nii", np.ones((3, 4, 5), np.float32), volume)
+    written = nib.load(tmp_path / "map.nii")
+    assert isinstance(written, nib.Nifti2Image) and np.allclose(written.affine, volume.affine, rtol=0, atol=AFFINE_TOLERANCE)
 
 
 # ---------------------------------------------------------------- DICOM series
@@ -236,7 +248,9 @@ def test_a_folder_without_dicom_and_a_truncated_slice(tmp_path: Path) -> None:
     assert "no DICOM file" in one_line_error(tmp_path / "empty")
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.txt").write_text("hello", encoding="utf-8")
-    assert "no DICOM file" in one_line_error(tmp_path / "notes")
+    assert "no DICOM file in this folder (1 files that are not DICOM)" in one_line_error(tmp_path / "notes")
+    write_series(tmp_path / "study" / "series1", count=2)
+    assert "(1 subfolders, not read)" in one_line_error(tmp_path / "study")
     write_series(tmp_path / "cut", count=3, rows=16, columns=16)
     path = tmp_path / "cut" / "IM0001"
     for keep in (-200, 300):  # the pixels cut short; the header cut in the middle

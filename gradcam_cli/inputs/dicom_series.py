@@ -63,10 +63,13 @@ class _Slice:
 def read_series(folder: Path) -> Series:
     """The series in `folder` (its files, not its subfolders); any problem is an InputError naming the folder."""
     pydicom = volume_library("pydicom", "reading a DICOM series")
-    slices, others = _headers(folder, pydicom)
+    slices, others, folders = _headers(folder, pydicom)
     if not slices:
-        found = f"its {others} files are not DICOM" if others else "it is empty"
-        raise InputError(f"{folder}: no DICOM file in this folder ({found})", hint="give a folder holding one series' .dcm slices")
+        found = [f"{others} files that are not DICOM"] * bool(others) + [f"{folders} subfolders, not read"] * bool(folders)
+        raise InputError(
+            f"{folder}: no DICOM file in this folder ({', '.join(found) or 'it is empty'})",
+            hint="give the folder that holds one series' slices",
+        )
     _one_series(folder, slices)
     _same_geometry(folder, slices)
     ordered = _ordered(folder, slices)
@@ -81,15 +84,16 @@ def read_series(folder: Path) -> Series:
     )
 
 
-def _headers(folder: Path, pydicom: Any) -> tuple[list[_Slice], int]:
-    """Every DICOM file of the folder read without its pixels, and how many other files there were."""
+def _headers(folder: Path, pydicom: Any) -> tuple[list[_Slice], int, int]:
+    """Every DICOM file of the folder read without its pixels, and how many other files and subfolders there were."""
     try:
         entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
     except OSError as error:
         raise InputError(f"{folder}: cannot list this folder ({error.strerror or error})") from None
-    slices, others = [], 0
+    slices, others, folders = [], 0, 0
     for entry in entries:
         if entry.name.startswith(".") or entry.name.upper() == "DICOMDIR" or not entry.is_file(follow_symlinks=True):
+            folders += not entry.name.startswith(".") and entry.is_dir(follow_symlinks=True)
             continue
         path = Path(entry.path)
         try:
@@ -100,7 +104,7 @@ def _headers(folder: Path, pydicom: Any) -> tuple[list[_Slice], int]:
         except (OSError, ValueError, EOFError, KeyError, TypeError) as error:
             raise InputError(f"{path}: cannot read this DICOM file ({one_line(error) or type(error).__name__}): truncated?") from None
         slices.append(_Slice(path, header))
-    return slices, others
+    return slices, others, folders
 
 
 def _one_series(folder: Path, slices: list[_Slice]) -> None:

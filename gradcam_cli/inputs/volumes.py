@@ -25,7 +25,7 @@ NIFTI_SUFFIXES = (".nii", ".nii.gz")
 PICK_ONE = "pick one volume first (fslroi IN OUT T 1, or nibabel.funcs.four_to_three)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Volume:
     """A scan as read: float32 voxels in the file's order, their affine (voxel → RAS+ mm) and what to write a map with.
 
@@ -54,8 +54,9 @@ def is_nifti(path: Path) -> bool:
     return path.name.lower().endswith(NIFTI_SUFFIXES)
 
 
-def read_volume(path: Path) -> Volume:
+def read_volume(path: Path | str) -> Volume:
     """A NIfTI file (.nii, .nii.gz) or a folder holding one DICOM series; any failure is one InputError line naming it."""
+    path = Path(path)
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:

@@ -68,7 +68,8 @@ def nifti_map_bytes(cam: np.ndarray, volume: Volume, description: str = "gradcam
     if cam.shape != volume.data.shape:
         raise ValueError(f"a map of shape {cam.shape} for a volume of shape {volume.data.shape}: put the slices' maps back first")
     header = volume.header.copy()
-    image = nibabel.Nifti1Image(np.asarray(cam, dtype=np.float32), volume.affine, header=header)
+    kind = nibabel.Nifti2Image if isinstance(header, nibabel.Nifti2Header) else nibabel.Nifti1Image  # the scan's own version
+    image = kind(np.asarray(cam, dtype=np.float32), volume.affine, header=header)
     image.set_data_dtype(np.float32)
     image.header.set_slope_inter(1.0, 0.0)  # read as written: the scan's own scaling (an int16 CT's) does not apply
     image.header["cal_min"], image.header["cal_max"] = 0.0, 0.0
@@ -89,6 +90,8 @@ def montage(volume: Volume, cam: np.ndarray, scan: np.ndarray, colormap: Colorma
     and the peak's voxel and world position under them."""
     from gradcam_cli.outputs.picture import captioned
 
+    if cam.shape != volume.data.shape or scan.shape != volume.data.shape:
+        raise ValueError(f"a map of shape {cam.shape} and a scan of {scan.shape} for a volume of shape {volume.data.shape}")
     peak = map_peak(cam, volume.affine)
     shown = np.clip(np.nan_to_num(cam) / peak.value, 0.0, 1.0) if peak.value > 0 else np.zeros(cam.shape, np.float32)
     extents = {plane: _extent_mm(volume, plane) for plane in Plane}
