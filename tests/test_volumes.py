@@ -241,6 +241,9 @@ def test_slices_of_other_sizes_or_orientations_are_refused(tmp_path: Path) -> No
     write_series(tmp_path / "turned", count=3)
     write_slice(tmp_path / "turned" / "LOC", np.zeros((3, 4)), ORIGIN + 9 * ORIENTATION[:, 2], np.array([1.0, 0, 0, 0, 0, -1]))
     assert "different orientations" in one_line_error(tmp_path / "turned")
+    write_series(tmp_path / "bad", count=3)
+    write_slice(tmp_path / "bad" / "ODD", np.zeros((3, 4)), ORIGIN, np.array([1.0, 0, 0, 0, 1, 0]), PixelSpacing=["0.75"])
+    assert "ODD: its PixelSpacing should be 2 finite numbers" in one_line_error(tmp_path / "bad")
 
 
 def test_a_folder_without_dicom_and_a_truncated_slice(tmp_path: Path) -> None:

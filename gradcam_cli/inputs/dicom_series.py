@@ -26,6 +26,7 @@ from gradcam_cli.inputs.extras import volume_library
 
 LPS_TO_RAS = np.diag([-1.0, -1.0, 1.0, 1.0])
 SPACING_TOLERANCE = 0.1  # a step 10% off the series' own is no rounding of written positions: a slice is missing there
+COUNTS = {"ImagePositionPatient": 3, "ImageOrientationPatient": 6, "PixelSpacing": 2}  # Rows, Columns: 1
 ONE_SERIES = "give the folder of one series (dcm2niix or a DICOM sorter splits a study into one folder per series)"
 
 
@@ -53,11 +54,18 @@ class _Slice:
         return one_line(self.header.get(keyword, default) or default, 60)
 
     def numbers(self, keyword: str) -> np.ndarray:
-        value = self.header.get(keyword)
-        if value is None:
+        """A tag's finite numbers, as many as the geometry needs (COUNTS); a missing or damaged tag is an InputError."""
+        try:
+            value = self.header.get(keyword)
+            values = value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else [value]
+            numbers = np.asarray([float(v) for v in values] if value is not None else [])
+        except (ValueError, TypeError, OverflowError, EOFError, OSError):
+            raise InputError(f"{self.path}: its {keyword} is not numbers (a damaged file?)") from None
+        if value is None or numbers.size == 0:
             raise InputError(f"{self.path}: no {keyword}, so not a slice of a volume (a localizer, a report or a secondary capture?)")
-        values = value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else [value]
-        return np.asarray([float(v) for v in values])
+        if numbers.size != COUNTS.get(keyword, 1) or not np.all(np.isfinite(numbers)):
+            raise InputError(f"{self.path}: its {keyword} should be {COUNTS.get(keyword, 1)} finite numbers, not {one_line(value, 60)}")
+        return numbers
 
 
 def read_series(folder: Path) -> Series:
@@ -206,7 +214,7 @@ def _pixels(ordered: list[_Slice], pydicom: Any) -> np.ndarray:
 def _affine(ordered: list[_Slice]) -> np.ndarray:
     """Voxel (column, row, slice) → RAS+ mm: DICOM's LPS affine from orientation, spacing and positions, x and y negated."""
     orientation = ordered[0].numbers("ImageOrientationPatient")
-    row_spacing, column_spacing = ordered[0].numbers("PixelSpacing")[:2]
+    row_spacing, column_spacing = ordered[0].numbers("PixelSpacing")
     first, last = ordered[0].numbers("ImagePositionPatient"), ordered[-1].numbers("ImagePositionPatient")
     lps = np.eye(4)
     lps[:3, 0] = orientation[:3] * column_spacing  # along a row: from one column to the next

@@ -137,8 +137,8 @@ def _panel(
     from gradcam_cli.outputs.text import fitted, font
 
     levels = cv2.resize(np.clip(grey * 255.0 + 0.5, 0, 255).astype(np.uint8), size, interpolation=cv2.INTER_LINEAR)
-    blended = overlay(np.repeat(levels[..., None], 3, axis=2), cv2.resize(heat.astype(np.float32), size, interpolation=cv2.INTER_LINEAR),
-                      colormap, alpha)  # fmt: skip
+    resized = cv2.resize(heat.astype(np.float32), size, interpolation=cv2.INTER_LINEAR)
+    blended = overlay(np.repeat(levels[..., None], 3, axis=2), resized, colormap, alpha)
     picture = Image.new("RGB", (size[0], size[1] + LABEL_BAND), (24, 24, 24))
     picture.paste(Image.fromarray(blended), (0, LABEL_BAND))
     ink, face = ImageDraw.Draw(picture), font(LABEL_TEXT)
