@@ -16,8 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from gradcam_cli.errors import spelled
-from gradcam_cli.values import parse_channels, parse_class, parse_grid, parse_input_size, parse_kwarg, parse_region, parse_shard
-from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, Task, values
+from gradcam_cli.values import (
+    parse_channels,
+    parse_class,
+    parse_grid,
+    parse_input_size,
+    parse_kwarg,
+    parse_region,
+    parse_shard,
+    parse_window,
+)
+from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Plane, Precision, Style, Task, values
 
 DEFAULT_MAX_PIXELS = 100_000_000  # 100 megapixels: a 12,000 x 8,000 photo passes, a decompression bomb does not
 
@@ -319,6 +328,16 @@ OPTIONS: tuple[Option, ...] = (
            help="Videos: explain F frames a second (the first frame at or after each 1/F s); excludes --every.",
            doc="a video's frames explained: F a second, the first frame at or after each 1/F seconds (the overlay video "
                "plays at F frames a second); excludes `--every`"),
+    Option(name="slices", flags=("--slices",), kind=Plane, default=None, group="inputs",
+           help="Volumes (NIfTI, DICOM series): explain every slice of this plane with a 2-D model.",
+           doc="a volume (`.nii`, `.nii.gz`, a folder of one DICOM series) explained slice by slice with a 2-D model, "
+               "`axial`, `coronal` or `sagittal` slices, each upright as a viewer shows it; the maps stacked back into "
+               "a NIfTI with the scan's affine"),
+    Option(name="window", flags=("--window",), kind=str, default=None, group="inputs", metavar="C,W", convert=parse_window,
+           help="Volumes: the intensity window, centre and width (CT: 40,400 soft tissue); default: 0.5-99.5 percentiles.",
+           doc="a volume's intensities for the model and the montage: the window's centre and width (CT Hounsfield units: "
+               "`40,400` soft tissue, `-600,1500` lung, `400,1800` bone); default the 0.5 and 99.5 percentiles; the records "
+               "say which (`intensity`)"),
     Option(name="smooth", flags=("--smooth",), kind=int, default=1, group="outputs", metavar="K", minimum=1,
            help="Videos: each frame's map the mean of the K maps centred on it (no flicker); said in caption and record.",
            doc="a video's maps averaged over K neighbouring frames, centred (default 1: none), so a map does not flicker "

@@ -16,8 +16,8 @@ from typing import Any
 
 from gradcam_cli.errors import UsageError, cut
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS, OPTIONS, Option, named
-from gradcam_cli.values import CODE_MODEL, YOLO_PREFIX
-from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Precision, Style, Task, closest
+from gradcam_cli.values import CODE_MODEL, YOLO_PREFIX, Window
+from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Plane, Precision, Style, Task, closest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +96,8 @@ class InputSettings:
     iou: float = 0.5  # a detector's: the IoU a detection needs with a true box to match it
     every: int = 1  # a video's: every Nth frame explained
     fps: float | None = None  # a video's: F frames a second explained instead (excludes `every`)
+    slices: Plane | None = None  # a volume's: the plane a 2-D model explains slice by slice
+    window: Window | None = None  # a volume's intensity window (None: percentiles)
 
     def __post_init__(self) -> None:
         if self.fps is not None and self.every != 1:

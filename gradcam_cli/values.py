@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from gradcam_cli.errors import UsageError, cut, printable
@@ -270,3 +271,32 @@ class ClassIndex:
     def spellings(self) -> list[str]:
         """Every spelling that names a class, for a "did you mean" when none does."""
         return list(self._by_spelling)
+
+
+WINDOW_EXAMPLES = "e.g. 40,400 (soft tissue), -600,1500 (lung), 400,1800 (bone)"
+
+
+@dataclass(frozen=True)
+class Window:
+    """A display window: values in [centre - width/2, centre + width/2] map to [0, 1]."""
+
+    centre: float
+    width: float
+
+    def __str__(self) -> str:
+        return f"window {self.centre:g},{self.width:g}"
+
+
+def parse_window(text: str) -> Window:
+    """'C,W' (centre, width; e.g. '40,400' or '-600,1500') → a Window; bad text is a UsageError saying what is taken."""
+    parts = [part.strip() for part in str(text).split(",")]
+    shown = str(text)[:40]
+    try:
+        centre, width = (float(part) for part in parts)
+    except ValueError:
+        raise UsageError(f"⟨window={shown}⟩ is not two numbers C,W (the window's centre and width)", hint=WINDOW_EXAMPLES) from None
+    if not (math.isfinite(centre) and math.isfinite(width)):
+        raise UsageError(f"⟨window={shown}⟩: the centre and width must be finite numbers", hint=WINDOW_EXAMPLES)
+    if width <= 0:
+        raise UsageError(f"⟨window={shown}⟩: the width must be above 0", hint=WINDOW_EXAMPLES)
+    return Window(centre, width)

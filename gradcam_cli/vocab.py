@@ -138,6 +138,14 @@ class Style(str, Enum):
     contour = "contour"
 
 
+class Plane(str, Enum):
+    """A volume's plane a 2-D model explains slice by slice (⟨slices⟩)."""
+
+    axial = "axial"
+    coronal = "coronal"
+    sagittal = "sagittal"
+
+
 class Precision(str, Enum):
     """The dtype of the model's passes; the CAM maths always run in fp32."""
 

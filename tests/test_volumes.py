@@ -120,7 +120,7 @@ def test_a_truncated_nifti_is_one_line(tmp_path: Path, name: str) -> None:
 def test_a_missing_library_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, library: str) -> None:
     path = write_nifti(tmp_path / "scan.nii", np.ones((3, 3, 3), np.float32), AFFINES["RAS"]) if library == "nibabel" else tmp_path
     monkeypatch.setitem(sys.modules, library, None)  # `import LIBRARY` raises ImportError
-    with pytest.raises(UsageError, match=rf"needs {library}.*pip install 'gradcam-cli\[volumes\]'"):
+    with pytest.raises(InputError, match=rf"needs {library}.*pip install 'gradcam-cli\[volumes\]'"):
         read_volume(path)
 
 

@@ -148,10 +148,13 @@ def _not_an_image(path: Path, max_pixels: int) -> str | None:
     JPEG at its smallest draft size), once, for the first image only."""
     from gradcam_cli.inputs.decode import load_image
     from gradcam_cli.inputs.video import VideoReader, is_video
+    from gradcam_cli.inputs.volume_slices import is_volume
 
     try:
         if is_video(path):  # opened as the run opens it: a file FFmpeg cannot read, or no PyAV, is said before the model
             VideoReader(path).close()
+        elif is_volume(path):  # a NIfTI or a DICOM series: read whole by the run (its failures are the volume's line)
+            return None
         else:
             load_image(path, max_pixels, at_least=(1, 1))
     except GradcamError as error:

@@ -9,15 +9,16 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.errors import InputError
 
 VOLUMES_EXTRA = "pip install 'gradcam-cli[volumes]'"
 
 
 def volume_library(module: str, purpose: str) -> ModuleType:
-    """`module` imported, or a UsageError naming `purpose` (e.g. "reading DICOM series") and the extra to install."""
+    """`module` imported, or an InputError naming `purpose` (e.g. "reading DICOM series") and the extra to install: the
+    volume's one line, while the run's images go on."""
     try:
         return importlib.import_module(module)
     except ImportError as error:
         package = module.split(".", 1)[0]
-        raise UsageError(f"{purpose} needs {package}, which is not installed ({error})", hint=VOLUMES_EXTRA) from error
+        raise InputError(f"{purpose} needs {package}, which is not installed ({error})", hint=VOLUMES_EXTRA) from error

@@ -2,8 +2,10 @@
 
 Files, folders (optionally recursive), globs and `-` (paths on stdin, one per
 line) are expanded lazily, so a pipeline can feed millions of paths without
-the list ever being held. Nothing here opens a file: types are read with
-stat, so a named pipe or a device can never block the run. A path that no
+the list ever being held. Nothing here opens a file but a folder's first
+suffix-less file (is it a DICOM slice?), and only a regular file, without
+blocking: types are read with stat, so a named pipe or a device can never
+block the run. A folder of one DICOM series is one input (a volume). A path that no
 file system could hold (a NUL byte, a name over 255 bytes) becomes an error
 source of its own, and the rest go on.
 
@@ -24,13 +26,17 @@ from collections.abc import Callable, Iterable, Iterator
 
 from gradcam_cli.errors import printable
 from gradcam_cli.inputs.video import VIDEO_SUFFIXES
+from gradcam_cli.inputs.volumes import is_nifti
 from gradcam_cli.vocab import Method, values
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm", ".pnm", ".jfif"})
 GLOB_CHARS = set("*?[")
 # what OutputNamer writes: NAME.METHOD.png, NAME.METHOD.classN.png, NAME.METHOD[.classN].guided.png, compare's NAME.compare.png,
-# and a video's NAME.METHOD.mp4
-OUTPUT_NAME = re.compile(r"\.(" + "|".join(re.escape(m) for m in [*values(Method), "compare"]) + r")((\.class\d+)?(\.guided)?\.png|\.mp4)$")
+# a video's NAME.METHOD.mp4, a volume's NAME.METHOD.nii.gz
+OUTPUT_NAME = re.compile(
+    r"\.(" + "|".join(re.escape(m) for m in [*values(Method), "compare"]) + r")((\.class\d+)?(\.guided)?\.png|\.mp4|\.nii\.gz)$"
+)
+DICOM_SUFFIX = ".dcm"  # a folder holding such files is one input: a DICOM series (a volume)
 NAME_MAX = 255  # bytes in one path component on ext4, XFS, btrfs, APFS, NTFS
 PATH_MAX = 4096  # bytes in a whole path on Linux
 STDIN_GIVE_UP = 1 << 20  # a "line" of a megabyte is no path list: stop reading stdin
@@ -96,6 +102,29 @@ def _stat(path: Path) -> os.stat_result | None:
         except OSError:
             continue
     return None
+
+
+DICOM_MAGIC_AT, DICOM_MAGIC = 128, b"DICM"  # a DICOM file's preamble, then its magic
+
+
+def _holds_dicom(folder: Path, names: list[str]) -> bool:
+    """Whether a folder's files are DICOM slices: `.dcm` names, or (exported without a suffix, as PACS often do) a
+    first suffix-less file with DICOM's magic after its preamble; only a regular file is read, never blocking."""
+    if any(name.lower().endswith(DICOM_SUFFIX) for name in names):
+        return True
+    bare = sorted(name for name in names if not PurePath(name).suffix and not name.startswith("."))
+    if not bare:
+        return False
+    try:
+        fd = os.open(folder / bare[0], os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 4, DICOM_MAGIC_AT) == DICOM_MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _is_inside(path: Path, folder: Path | None) -> bool:
@@ -190,9 +219,12 @@ class SourceScanner:
                 dirs[:] = []
             else:
                 dirs[:] = sorted(d for d in dirs if not _is_inside(root_path / d, skip))
+            if _holds_dicom(root_path, files):  # a DICOM series: the folder is the input (a volume)
+                yield from self._file(root_path)
+                continue
             for name in sorted(files):
                 path = root_path / name
-                if path.suffix.lower() in IMAGE_SUFFIXES or path.suffix.lower() in VIDEO_SUFFIXES:
+                if path.suffix.lower() in IMAGE_SUFFIXES or path.suffix.lower() in VIDEO_SUFFIXES or is_nifti(path):
                     yield from self._file(path)
         yield from self._unreadable(unreadable)
 

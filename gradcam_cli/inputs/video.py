@@ -45,10 +45,11 @@ def pyav() -> ModuleType:
 
 @dataclass(frozen=True)
 class Frame:
-    """One chosen frame: its index among the video's frames, its time in seconds, its pixels."""
+    """One picture of an input that holds many: a video's frame (its index among all the video's frames, its time in
+    seconds) or a volume's slice (its index in the plane's stack; no time), and its pixels."""
 
     index: int
-    time: float
+    time: float | None
     image: np.ndarray
 
 

@@ -9,41 +9,14 @@ black). Each scaling returns the one line that the record says it was.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from gradcam_cli.errors import UsageError
+from gradcam_cli.values import Window, parse_window
+
+__all__ = ["Window", "parse_window", "scale_intensity"]
 
 LOW_PERCENTILE, HIGH_PERCENTILE = 0.5, 99.5
-WINDOW_EXAMPLES = "e.g. 40,400 (soft tissue), -600,1500 (lung), 400,1800 (bone)"
-
-
-@dataclass(frozen=True)
-class Window:
-    """A display window: values in [centre - width/2, centre + width/2] map to [0, 1]."""
-
-    centre: float
-    width: float
-
-    def __str__(self) -> str:
-        return f"window {self.centre:g},{self.width:g}"
-
-
-def parse_window(text: str) -> Window:
-    """'C,W' (centre, width; e.g. '40,400' or '-600,1500') → a Window; bad text is a UsageError saying what is taken."""
-    parts = [part.strip() for part in str(text).split(",")]
-    shown = str(text)[:40]
-    try:
-        centre, width = (float(part) for part in parts)
-    except ValueError:
-        raise UsageError(f"⟨window={shown}⟩ is not two numbers C,W (the window's centre and width)", hint=WINDOW_EXAMPLES) from None
-    if not (math.isfinite(centre) and math.isfinite(width)):
-        raise UsageError(f"⟨window={shown}⟩: the centre and width must be finite numbers", hint=WINDOW_EXAMPLES)
-    if width <= 0:
-        raise UsageError(f"⟨window={shown}⟩: the width must be above 0", hint=WINDOW_EXAMPLES)
-    return Window(centre, width)
 
 
 def scale_intensity(data: np.ndarray, window: Window | None = None) -> tuple[np.ndarray, str]:

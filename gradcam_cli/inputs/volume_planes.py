@@ -13,18 +13,15 @@ voxels they were computed on, and the map volume has the scan's shape and affine
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
 from typing import Any
 
 import numpy as np
 
 from gradcam_cli.inputs.extras import volume_library
+from gradcam_cli.vocab import Plane
 
 
-class Plane(str, Enum):
-    axial = "axial"
-    coronal = "coronal"
-    sagittal = "sagittal"
+__all__ = ["DISPLAY", "Plane", "from_plane_slices", "plane_axes", "plane_slice", "plane_slices", "plane_stack_shape"]
 
 
 # Each plane's stack in nibabel's axis codes (the way each axis's index grows): slices, rows top to bottom, columns

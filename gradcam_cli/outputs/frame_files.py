@@ -52,7 +52,9 @@ class _Keeper:
 
 
 def at_frame(record: ImageRecord, frame: Frame) -> ImageRecord:
-    """The record of an image that is a video's frame: its index and time in it."""
+    """The record of an image that is a video's frame (its index and time) or a volume's slice (its index)."""
+    if frame.time is None:
+        return replace(record, slice=frame.index)
     return replace(record, frame=frame.index, time=frame.time)
 
 

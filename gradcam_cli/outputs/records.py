@@ -156,6 +156,8 @@ class ImageRecord:
     height: int | None = None
     frame: int | None = None  # a video's: the frame's index among all its frames (None: an image)
     time: float | None = None  # a video's: the frame's time in seconds from the video's start
+    slice: int | None = None  # a volume's: the slice's index in its plane's stack (⟨slices⟩), upright as viewers show it
+    intensity: str | None = None  # a volume's: how its intensities were scaled for the model (a window, or percentiles)
     class_index: int | None = None
     class_name: str | None = None
     score: float | None = None
@@ -186,6 +188,10 @@ class ImageRecord:
         top = self.topk[0]["index"] if self.topk else None
         correct = (top == index) if self.ok and top is not None else None
         return replace(self, true_class=name, true_index=index, correct=correct)
+
+    def told_intensity(self, statement: str) -> ImageRecord:
+        """This record, told how its volume's intensities were scaled (a slice's)."""
+        return replace(self, intensity=statement)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, allow_nan=False)

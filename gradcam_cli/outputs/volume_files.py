@@ -12,13 +12,22 @@ Both are written atomically (outputs/files.py).
 from __future__ import annotations
 
 import gzip
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from gradcam_cli.inputs.extras import volume_library
-from gradcam_cli.inputs.volume_planes import DISPLAY, Plane, plane_position, plane_slice, plane_spacing, plane_stack_shape
+from gradcam_cli.inputs.volume_planes import (
+    DISPLAY,
+    Plane,
+    from_plane_slices,
+    plane_position,
+    plane_slice,
+    plane_spacing,
+    plane_stack_shape,
+)
 from gradcam_cli.inputs.volumes import Volume
 from gradcam_cli.outputs.files import write_atomic
 from gradcam_cli.outputs.render import encode_png, overlay
@@ -147,3 +156,31 @@ def _panel(
     ink.text((size[0] // 2, LABEL_BAND + 1), OPPOSITE[down], fill=(255, 255, 0), font=face, anchor="mt")
     ink.text((2, LABEL_BAND + size[1] // 2), OPPOSITE[right], fill=(255, 255, 0), font=face, anchor="lm")
     return np.asarray(picture)
+
+
+class SliceMaps:
+    """A volume's slice maps (⟨slices⟩) gathered in their plane's stack, then the map volume written: NIfTI with the
+    scan's affine and header, then the montage through its peak, stamped (`stamped`), which stands for both."""
+
+    def __init__(
+        self, nifti: Path, picture: Path, volume: Volume, scan: np.ndarray, plane: Plane, stamped: Callable[[bytes], bytes], *,
+        colormap: Colormap = Colormap.jet, alpha: float = 0.5,
+    ) -> None:  # fmt: skip
+        self.nifti, self.picture, self.volume, self.scan, self.plane = nifti, picture, volume, scan, Plane(plane)
+        self.stamped, self.colormap, self.alpha = stamped, colormap, alpha
+        self.stack = np.zeros(plane_stack_shape(volume.data.shape, volume.affine, self.plane), np.float32)
+
+    def add(self, index: int, shown: np.ndarray | None) -> None:
+        """One slice's map on the slice (None: its map failed, and stays 0)."""
+        if shown is not None:
+            self.stack[index] = shown
+
+    def finish(self) -> Peak:
+        cam = from_plane_slices(self.stack, self.volume.affine, self.plane, self.volume.data.shape)
+        write_map_nifti(self.nifti, cam, self.volume)
+        drawn = montage(self.volume, cam, self.scan, self.colormap, self.alpha)
+        write_atomic(self.picture, self.stamped(encode_png(drawn.rgb)))  # last: its stamp stands for the NIfTI beside it
+        return drawn.peak
+
+    def abort(self) -> None:
+        """Nothing is written before `finish`: nothing to remove."""

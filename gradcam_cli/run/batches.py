@@ -40,9 +40,9 @@ class Item:
     error: str | None = None
     truth: list[TrueBox] | None = None  # a detector's true boxes in the photo's pixels, with ⟨truth⟩
     regions: Any = None  # a segmenter's named region and true mask (cams/segments.ImageRegions), when it has one
-    frame: Any = None  # a video's frame (inputs/video.Frame), decoded already, and its video (run/video_runs.VideoJob)
-    video: Any = None
-    end: Any = None  # after a video's last frame: the marker that closes its file (run/video_runs.VideoEnd)
+    frame: Any = None  # a video's frame or a volume's slice (inputs/video.Frame), decoded already, and where its result
+    sequence: Any = None  # goes (run/sequences.SequenceJob)
+    end: Any = None  # after a video's or volume's last picture: the marker that closes its output (run/sequences.SequenceEnd)
 
     @property
     def skipped(self) -> bool:

@@ -38,7 +38,10 @@ from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.resume import existing_outputs
 from gradcam_cli.run.summary import Summary
 from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
-from gradcam_cli.run.video_runs import FrameDone, VideoRuns, video_refusal
+from gradcam_cli.run.sequences import PictureDone, RunShape, SequenceRuns
+from gradcam_cli.run.slices_kind import SlicesKind
+from gradcam_cli.run.video_kind import VideoKind
+from gradcam_cli.inputs.video import FramePick
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.vocab import Norm, TargetKind
@@ -97,13 +100,16 @@ class Explainer:
             replace=outputs.replace,
             each=outputs.each,
         )
-        self.videos = VideoRuns(settings, self.writer, self._video_refusal())
+        self.sequences = self._sequences()
 
-    def _video_refusal(self) -> str | None:
-        """Why this run's settings cannot make videos (several maps a frame), said as each video's error."""
-        classes = self.prepared.classes
+    def _sequences(self) -> SequenceRuns:
+        """The inputs of many pictures this run takes: videos, and volumes slice by slice."""
+        classes, inputs = self.prepared.classes, self.settings.inputs
         several = classes is not None and (len(classes.classes) > 1 or classes.topk > 1 or classes.by_threshold)
-        return video_refusal(several, classes is not None, self.settings)
+        shape = RunShape(self.settings, several_maps=several, one_map=classes is not None)
+        smooth = self.settings.outputs.smooth
+        kinds = (VideoKind(self.writer, FramePick(inputs.every, inputs.fps), smooth), SlicesKind(self.writer, inputs.slices, inputs.window))
+        return SequenceRuns(kinds, shape, self.writer)
 
     @property
     def model(self) -> torch.nn.Module:
@@ -144,7 +150,7 @@ class Explainer:
 
         def report(result: object) -> None:
             nonlocal said_empty
-            record = self.videos.take(result)  # a video's frame goes into its file, its end closes it
+            record = self.sequences.take(result)  # a frame or slice goes into its output, its end closes it
             if record is None:
                 return
             if self.judge is not None or self.regions is not None:  # which truth entries named no input: said at the end
@@ -162,7 +168,7 @@ class Explainer:
         window = 2 * self.settings.run.batch_size
         pool = ThreadPoolExecutor(self.workers, thread_name_prefix="gradcam-io")
         writing = OrderedResults(limit=window)
-        items = self.videos.expand(self._named(sources), self.checkpoint)  # a video: its frames, then its end
+        items = self.sequences.expand(self._named(sources), self.checkpoint)  # a video or volume: its pictures, then its end
         decoded = ordered_map(pool, self._decode, items, window)
         try:
             for batch in self.batcher.batches(decoded, self.checkpoint):
@@ -177,7 +183,7 @@ class Explainer:
             pool.shutdown(wait=True)  # every image whose maps are done is written
             for record in writing.finished():
                 report(record)
-            self.videos.abort_all()  # no half video under its final name
+            self.sequences.abort_all()  # no half video or map volume under its final name
             raise
         pool.shutdown(wait=True)
         for truth in (self.judge, self.regions):
@@ -269,12 +275,12 @@ class Explainer:
                     continue
             yield done(self._failed(item, item.error))
 
-    def _failed(self, item: Item, message: str) -> ImageRecord | FrameDone:
+    def _failed(self, item: Item, message: str) -> ImageRecord | PictureDone:
         """An input's error record; a video frame's goes back to its video, shown there without a map."""
         record = self.writer.error_record(item.source.path, message)
-        if item.frame is None or item.video is None:
+        if item.frame is None or item.sequence is None:
             return record
-        return FrameDone(item.video, FramePicture(at_frame(record, item.frame), item.frame.image))
+        return PictureDone(item.sequence, FramePicture(at_frame(record, item.frame), item.frame.image))
 
     def _judged(self, ready: list[Item], results: list[tuple[CamBatch, int] | str]) -> list[tuple[CamBatch, int] | str]:
         """The batch's detections judged against the truth (judge.py), its missed objects explained."""
@@ -283,7 +289,7 @@ class Explainer:
         self.judge.judge(done)
         return results
 
-    def _finish_safely(self, item: Item, cams: CamBatch, row: int) -> ImageRecord | FrameDone:
+    def _finish_safely(self, item: Item, cams: CamBatch, row: int) -> ImageRecord | PictureDone:
         """In a worker thread: this image's files and record; a failure becomes its error record.
 
         A folder that cannot take files any more (full disk, read-only) stops the
@@ -292,9 +298,9 @@ class Explainer:
         try:
             assert item.image is not None and item.geometry is not None
             if item.frame is not None:
-                job = item.video
-                picture = frame_picture(self.writer, item.source.path, item.frame, item.geometry, cams, row, item.base, job.path, job.raw)
-                return FrameDone(job, picture)
+                job = item.sequence
+                picture = frame_picture(self.writer, item.source.path, item.frame, item.geometry, cams, row, item.base, job.output, job.raw)
+                return PictureDone(job, picture)
             return self.writer.finish(item.source.path, item.image, item.geometry, cams, row, item.base)
         except OSError as error:
             if error.errno in OUTPUT_FATAL_ERRNOS:
