@@ -21,7 +21,7 @@ from gradcam_cli.cams.engine import compute_cams, model_lock
 from gradcam_cli.cams.methods import get_method
 from gradcam_cli.errors import GradcamError, InputError, LayerError, Notice, UsageError
 from gradcam_cli.geometry import Geometry, plan_geometry, to_input_array
-from gradcam_cli.layers.defaults import default_layer_paths
+from gradcam_cli.layers.defaults import clip_layer_paths, default_layer_paths
 from gradcam_cli.maps import CamOptions, member_of
 from gradcam_cli.vocab import Combine, Norm, TargetKind
 from gradcam_cli.model.device import place_model, resolve_device
@@ -290,6 +290,13 @@ def explain(
     return _explanation(run, name, photo, geometry, cams)
 
 
+def _default_paths(model: nn.Module, x: torch.Tensor) -> list[str]:
+    """cam()'s default layers, probed at x's own size: an image's (the family's), a clip's or a volume's."""
+    if x.dim() == 5:
+        return clip_layer_paths(model, tuple(int(s) for s in x.shape[1:]))
+    return default_layer_paths(model, input_hw=(int(x.shape[-2]), int(x.shape[-1])))
+
+
 def cam(
     model: nn.Module,
     x: torch.Tensor,
@@ -306,7 +313,8 @@ def cam(
     cam_batch_size: int = 32,
     negative: bool = False,
 ) -> torch.Tensor:
-    """Class activation maps (N, H, W) at the size of `x`, in [0, 1] unless norm="none".
+    """Class activation maps (N, H, W) at the size of `x`, in [0, 1] unless norm="none"; of clips or volumes, `x`
+    (N, C, T, H, W), maps (N, T, H, W) (gradient and activation methods only).
 
     `layers` are dotted paths (negative indices allowed) or modules of `model`; None takes the layer `gradcam explain`
     would (the family default, see `gradcam layers`); `classes` is None (each image's top class), one index for all,
@@ -319,7 +327,7 @@ def cam(
     resolved = [as_resolved(model, layer) for layer in layers] if layers is not None else None
     grid = checked_call(x, method, grid)
     if resolved is None:  # the family's default, probed at x's own size
-        resolved = [as_resolved(model, path) for path in default_layer_paths(model, input_hw=(int(x.shape[-2]), int(x.shape[-1])))]
+        resolved = [as_resolved(model, path) for path in _default_paths(model, x)]
     options = CamOptions(
         relu=relu,
         norm=member_of(Norm, "norm", norm),

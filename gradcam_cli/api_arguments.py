@@ -108,10 +108,10 @@ def checked_call(x: object, method: object, grid: object) -> tuple[int, int] | N
             f"cam() takes x as a torch.Tensor (N, C, H, W), not {type(x).__name__}",
             hint="convert it: torch.from_numpy(array), or for an image file or array call gradcam_cli.explain()",
         )
-    if x.dim() != 4:
+    if x.dim() not in (4, 5):
         shape = "x".join(map(str, x.shape)) or "a scalar"
         raise UsageError(
-            f"cam() takes x as a batch (N, C, H, W); this tensor is {x.dim()}-D ({shape})",
+            f"cam() takes x as a batch (N, C, H, W), or of clips or volumes (N, C, T, H, W); this tensor is {x.dim()}-D ({shape})",
             hint="one image (C, H, W) is a batch of one: x[None]" if x.dim() == 3 else None,
         )
     if not x.is_floating_point():

@@ -126,17 +126,20 @@ def _pad_to(array: np.ndarray, top: int, left: int, height: int, width: int, pad
     return out
 
 
-def resize(t: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Any (..., h, w) tensor → (..., H, W), bilinear with half-pixel centres (as cv2.resize), dtype kept.
+def resize(t: torch.Tensor, size: tuple[int, ...]) -> torch.Tensor:
+    """Any (..., h, w) tensor → (..., H, W), bilinear with half-pixel centres (as cv2.resize), dtype kept;
+    with a 3-D size (T, H, W), a (..., t, h, w) tensor trilinearly, the same half-pixel rule along every axis.
 
     The one resize of maps and images in the package: layer maps to the input,
-    augmented views and their maps, FullGrad's parts, maps back onto the photo.
+    augmented views and their maps, FullGrad's parts, maps back onto the photo, a clip's or a volume's maps.
     """
-    if tuple(t.shape[-2:]) == tuple(size):
+    dims = len(size)
+    if tuple(t.shape[-dims:]) == tuple(size):
         return t
-    planes = t.reshape(-1, 1, *t.shape[-2:]).float()
-    out = F.interpolate(planes, size=size, mode="bilinear", align_corners=False)
-    return out.reshape(*t.shape[:-2], *size).to(t.dtype)
+    planes = t.reshape(-1, 1, *t.shape[-dims:]).float()
+    mode = "trilinear" if dims == 3 else "bilinear"
+    out = F.interpolate(planes, size=tuple(size), mode=mode, align_corners=False)
+    return out.reshape(*t.shape[:-dims], *size).to(t.dtype)
 
 
 def map_to_original(cam: torch.Tensor, geometry: Geometry, clamp: bool = True) -> np.ndarray:

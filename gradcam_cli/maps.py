@@ -57,7 +57,7 @@ def member_of(enum: type[Norm] | type[Combine], name: str, value: object) -> Any
 
 @dataclass(kw_only=True)
 class CamBatch:
-    """Maps (N, K, H, W) at the input size, with what was explained.
+    """Maps (N, K, H, W) at the input size, with what was explained; a clip's or a volume's (N, K, T, H, W).
 
     `maps` are in [0, 1] with norm "minmax", raw values with norm "none".
     `guided` holds the guided-backprop x CAM images (N, K, 3, H, W) of
@@ -113,26 +113,27 @@ class NetworkGradients:
     eigen_smooth: bool = False
 
 
-def normalise(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-map min-max to [0, 1]; a flat map is blank and becomes zeros, never NaN.
+def normalise(maps: torch.Tensor, dims: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-map min-max to [0, 1] over the last `dims` dims (a clip's map: 3); a flat map is blank and becomes zeros, never NaN.
 
     Flatness is judged relative to the map's own magnitude, not in absolute
     terms: a CAM scales with the score, and models with small gradients at the
     layer (LayerScale ViTs such as timm's test_vit2 give spans near 1e-8) still
     have a real pattern. An all-zero map (nothing survived the ReLU) stays blank.
     """
-    flat = maps.flatten(start_dim=-2)
-    low = flat.min(dim=-1).values[..., None, None]
-    high = flat.max(dim=-1).values[..., None, None]
+    flat = maps.flatten(start_dim=-dims)
+    tail = (Ellipsis,) + (None,) * dims  # the map's dims back, as ones
+    low = flat.min(dim=-1).values[tail]
+    high = flat.max(dim=-1).values[tail]
     span = high - low
-    blank = (span <= EPSILON * torch.maximum(high.abs(), low.abs())).squeeze(-1).squeeze(-1)
+    blank = (span <= EPSILON * torch.maximum(high.abs(), low.abs())).flatten(start_dim=-dims).squeeze(-1)
     scaled = (maps - low) / span.masked_fill(span <= 0, 1.0)
-    scaled = scaled.masked_fill(blank[..., None, None], 0.0)
+    scaled = scaled.masked_fill(blank[tail], 0.0)
     return scaled.clamp_(0.0, 1.0), blank
 
 
 def combine_layers(per_layer: Sequence[torch.Tensor], how: str) -> torch.Tensor:
-    """Several layers' maps (each N×H×W, same size) → one."""
+    """Several layers' maps (each N×H×W or N×T×H×W, same size) → one."""
     if len(per_layer) == 1:
         return per_layer[0]
     stacked = torch.stack(list(per_layer))
@@ -145,8 +146,8 @@ def combine_layers(per_layer: Sequence[torch.Tensor], how: str) -> torch.Tensor:
     return stacked.mean(dim=0)
 
 
-def finish_maps(raw_per_layer: Sequence[torch.Tensor], size: tuple[int, int], options: CamOptions) -> tuple[torch.Tensor, torch.Tensor]:
-    """Raw layer maps → one map per image, and whether it is blank.
+def finish_maps(raw_per_layer: Sequence[torch.Tensor], size: tuple[int, ...], options: CamOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    """Raw layer maps → one map per image, and whether it is blank; `size` (H, W), or (T, H, W) for a clip or a volume.
 
     Each layer is normalised at its own resolution, before upsampling: bilinear
     upsampling shaves a peak by an amount that depends on the layer's stride, so
@@ -154,15 +155,16 @@ def finish_maps(raw_per_layer: Sequence[torch.Tensor], size: tuple[int, int], op
     This is also pytorch-grad-cam's order, so multi-layer maps match the reference. `sum` adds the raw maps
     instead: a level that carries little of the score's gradient then adds little, not a normalised [0, 1] of noise.
     """
+    dims = len(size)
     per_layer = []
     for raw in raw_per_layer:
         if options.relu:
             raw = raw.clamp(min=0)
         if options.norm is Norm.minmax and options.combine is not Combine.sum:  # sum: raw maps, normalised once below
-            raw = normalise(raw)[0]
-        per_layer.append(resize(raw, size))  # half-pixel bilinear, as cv2.resize: maps match the reference
+            raw = normalise(raw, dims)[0]
+        per_layer.append(resize(raw, size))  # half-pixel bilinear (trilinear for 3-D), as cv2.resize: maps match the reference
     combined = combine_layers(per_layer, options.combine)
-    scaled, blank = normalise(combined)
+    scaled, blank = normalise(combined, dims)
     return (scaled if options.norm is Norm.minmax else combined), blank
 
 

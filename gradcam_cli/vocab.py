@@ -161,6 +161,8 @@ class LayoutKind(str, Enum):
     NCHW = "NCHW"
     NHWC = "NHWC"
     NLC = "NLC"
+    NCTHW = "NCTHW"  # a clip's or a volume's map, channels first (Conv3d, BatchNorm3d)
+    NTHWC = "NTHWC"  # channels last (Swin3D's stages)
 
 
 def values(enum: type[Enum]) -> list[str]:

@@ -19,7 +19,7 @@ TOP = "__init__"  # the package's own `__init__`: what `import gradcam_cli` and 
 LAYERS: list[tuple[str, set[str]]] = [
     ("leaves", {"errors", "vocab", "values", "option_table", "settings", "model.state", "version", "timings", "found"}),
     ("models", {"model", "model.*"}),
-    ("tensors and pixels", {"layout", "geometry", "maps"}),
+    ("tensors and pixels", {"layout", "layout_3d", "geometry", "maps"}),
     ("layers", {"layers", "layers.*"}),
     ("extraction", {"extract", "extract.*"}),
     ("methods", {"cams", "cams.targets", "cams.detections", "cams.segments", "cams.methods", "cams.methods.*"}),

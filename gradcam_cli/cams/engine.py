@@ -15,8 +15,10 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
 
+from gradcam_cli.errors import UsageError
 from gradcam_cli.extract.recorder import LayerRecorder
 from gradcam_cli.layout import Layout, LayoutHints, channels_dim_hint, patch_grid, target_layout
+from gradcam_cli.layout_3d import Layout3d, LayoutHints3d, channels_dim_hint_3d, map_layer_of, mvit_token_grid, target_layout_3d
 from gradcam_cli.maps import CamBatch, CamOptions, NetworkGradients, finish_maps, finite_rows
 from gradcam_cli.cams.methods import MethodKind
 from gradcam_cli.cams.methods.projection import first_component
@@ -45,17 +47,35 @@ class _Job:
     model_name: str
 
     @property
-    def size(self) -> tuple[int, int]:
-        return (int(self.x.shape[-2]), int(self.x.shape[-1]))
+    def size(self) -> tuple[int, ...]:
+        """The maps' size: an image's (H, W), a clip's or a volume's (T, H, W)."""
+        return tuple(int(s) for s in self.x.shape[2:])
 
-    def layouts(self, activations: Sequence[torch.Tensor]) -> list[Layout]:
+    def layouts(self, activations: Sequence[torch.Tensor]) -> list[Layout | Layout3d]:
         """Each layer's layout; the patch grid is asked for at this input's size (aug-smooth rescales it)."""
-        hints = replace(self.hints, patch_grid=patch_grid(self.model, self.size))
-        layouts = []
+        if len(self.size) == 3:
+            return self.layouts_3d(activations)
+        size = (self.size[0], self.size[1])
+        hints = replace(self.hints, patch_grid=patch_grid(self.model, size))
+        layouts: list[Layout | Layout3d] = []
         for a, layer in zip(activations, self.layers):
             layer_hints = replace(hints, channels_dim=channels_dim_hint(layer.module))
-            layouts.append(target_layout(tuple(a.shape), self.size, layer_hints, layer.name, self.model_name))
+            layouts.append(target_layout(tuple(a.shape), size, layer_hints, layer.name, self.model_name))
         return layouts
+
+    def layouts_3d(self, activations: Sequence[torch.Tensor]) -> list[Layout | Layout3d]:
+        """Each layer's layout for a clip or a volume (layout_3d.py): its module type, the model's token grid."""
+        t, h, w = self.size
+        found: list[Layout | Layout3d] = []
+        for a, layer in zip(activations, self.layers):
+            hints = LayoutHints3d(
+                channels_dim=channels_dim_hint_3d(layer.module),
+                grid=self.hints.grid,
+                token_grid=mvit_token_grid(self.model, layer.name) if a.dim() == 3 else None,
+                map_layer=map_layer_of(self.model),
+            )
+            found.append(target_layout_3d(tuple(a.shape), (t, h, w), hints, layer.name, self.model_name))
+        return found
 
     def scored(self, scores: torch.Tensor) -> torch.Tensor:
         """The scores explained: the class scores, or with ⟨negative⟩ minus them."""
@@ -68,7 +88,7 @@ class _Job:
         return torch.autocast(self.x.device.type, dtype=self.options.precision)
 
     def reduce(self, contributions: torch.Tensor) -> torch.Tensor:
-        """Channel contributions (N, C, h, w) → raw map (N, h, w)."""
+        """Channel contributions (N, C, h, w) → raw map (N, h, w); a clip's (N, C, t, h, w) → (N, t, h, w)."""
         if self.method.projection or self.options.eigen_smooth:
             return first_component(contributions)
         return contributions.sum(dim=1)
@@ -137,17 +157,18 @@ def _perturbation_raws(
     job: _Job,
     activations: list[torch.Tensor],
     grids: list[torch.Tensor],
-    layouts: list[Layout],
+    layouts: list[Layout | Layout3d],
     reading: Reading,
     rank: int,
 ) -> list[torch.Tensor]:
-    """Raw maps per layer of a gradient-free method that weighs channels by extra forwards."""
+    """Raw maps per layer of a gradient-free method that weighs channels by extra forwards (an image's: refuse_3d)."""
     read_scores, forwarding = job.targets.perturbed(reading, rank, job.model)
     # a target that reads its own scores (a detector's) keeps its (N, K) scores in `logits`: rank k is column k
     classes = reading.targets[:, rank] if read_scores is None else torch.full_like(reading.targets[:, rank], rank)
     raws = []
     with forwarding:
         for layer, raw, layout, grid in zip(job.layers, activations, layouts, grids):
+            assert isinstance(layout, Layout)  # a clip's layer never gets here: refuse_3d
             raws.append(_layer_raw(job, layer, raw, layout, grid, reading.logits, classes, read_scores))
     return raws
 
@@ -253,6 +274,8 @@ def compute_cams(
 ) -> CamBatch:
     """Maps at the input tensor's size for each image and target rank; one call at a time per model (`model_lock`)."""
     options = options or CamOptions()
+    if x.dim() == 5:
+        refuse_3d(method, options)
     hints = LayoutHints(num_prefix_tokens=num_prefix_tokens, grid=grid)
     job = _Job(model=model, x=x, layers=layers, method=method, targets=targets, options=options, hints=hints, model_name=model_name)
     with model_lock(model):
@@ -262,6 +285,20 @@ def compute_cams(
             assert isinstance(targets, TargetChoice)  # the tasks refuse ⟨aug_smooth⟩ where the targets are no classes
             return smoothed(lambda x_aug, choice, view: _run_once(_in_view(job, view), x_aug, choice), x, targets, options)
         return _run_once(job, x, targets)
+
+
+def refuse_3d(method: CamMethod, options: CamOptions) -> None:
+    """What cannot map a clip or a volume honestly yet: one line, before any forward."""
+    what = None
+    if method.kind in (MethodKind.PERTURBATION, MethodKind.NETWORK) or method.guided:
+        what = f"method '{method.name}'"
+    elif options.aug_smooth:
+        what = "⟨aug_smooth⟩ (its flips and rescalings are an image's)"
+    if what is not None:
+        raise UsageError(
+            f"{what} does not map a clip or a volume (a 5-D input) yet; use gradcam, hirescam, gradcam++, xgradcam, "
+            "layercam, gradcam-elementwise, eigencam or eigengradcam"
+        )
 
 
 def _run_once(job: _Job, x: torch.Tensor, targets: Targets) -> CamBatch:

@@ -9,9 +9,11 @@ import torch
 from torch import nn
 
 
-def probe_shapes(model: nn.Module, input_hw: tuple[int, int], calls: dict[str, int] | None = None) -> dict[str, tuple[int, ...]]:
+def probe_shapes(
+    model: nn.Module, input_hw: tuple[int, int], calls: dict[str, int] | None = None, *, input_shape: tuple[int, ...] | None = None
+) -> dict[str, tuple[int, ...]]:
     """Output shape of every module in one no-grad forward, in the order modules last finished; `calls`, when given,
-    counts how often each module ran (a shared activation runs in every stage)."""
+    counts how often each module ran (a shared activation runs in every stage). `input_shape` (C, T, H, W): a clip's."""
     from gradcam_cli.model.state import eval_mode, first_tensor
 
     shapes: dict[str, tuple[int, ...]] = {}
@@ -32,7 +34,7 @@ def probe_shapes(model: nn.Module, input_hw: tuple[int, int], calls: dict[str, i
     device = parameter.device if parameter is not None else None  # the API's model may sit on a GPU already
     try:
         with eval_mode(model), torch.no_grad():
-            model(torch.zeros(1, 3, *input_hw, device=device))
+            model(torch.zeros(1, *(input_shape or (3, *input_hw)), device=device))
     finally:
         for handle in handles:
             handle.remove()

@@ -28,6 +28,12 @@ class DataConfig:
     crop_mode: str = "center"
     fit: str = "stretch"  # without crop, how the photo fills the input: stretched to it, or "letterbox" (a detector's)
     pad: int = 0  # the value (0-255, before normalisation) of the input pixels no photo covers: Ultralytics' letterbox is grey 114
+    clip_length: int | None = None  # a video classifier's frames per clip (its input N×C×T×H×W); None: the model takes images
+
+    @property
+    def input_size(self) -> tuple[int, ...]:
+        """The size of one input, as the maps come: (H, W), or (T, H, W) for a model that takes clips."""
+        return self.input_hw if self.clip_length is None else (self.clip_length, *self.input_hw)
 
 
 def default_input_hw(model: nn.Module) -> tuple[int, int]:

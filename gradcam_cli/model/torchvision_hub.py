@@ -1,4 +1,4 @@
-"""torchvision as a model hub: 'torchvision:ARCH' names its classification and detection models.
+"""torchvision as a model hub: 'torchvision:ARCH' names its classification (images and video clips) and detection models.
 
 torchvision's weights enums carry the download URL, the transforms and the
 ImageNet categories; its modules carry no description of their own, so the
@@ -8,6 +8,7 @@ default target layers are a table of families here.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from typing import Any
 
@@ -42,7 +43,16 @@ DEFAULT_LAYERS: tuple[tuple[str, str], ...] = (
     ("shufflenet_", "conv5"),
     ("googlenet", "inception5b"),
     ("inception_v3", "Mixed_7c"),
+    ("r3d_", "layer4"),  # the video classifiers (torchvision.models.video): maps N×C×T×H×W
+    ("mc3_", "layer4"),
+    ("r2plus1d_", "layer4"),
+    ("s3d", "features.-1"),
+    ("swin3d_", "norm"),  # channels last, N×T×H×W×C
+    ("mvit_", "blocks.-1.norm1"),  # tokens, their grid the model's own (layout_3d.mvit_token_grid)
 )
+# the video classifiers by their class, for a module handed to the Python API without its name
+VIDEO_CLASSES = {"VideoResNet": "layer4", "S3D": "features.-1", "SwinTransformer3d": "norm", "MViT": "blocks.-1.norm1"}
+CLIP_LENGTH = 16  # frames per clip: what torchvision's video recipe trains with; MViT's positional grid fixes its own
 
 RESNET_STAGES = ("layer1", "layer2", "layer3", "layer4")
 # one layer per stage where the probe-forward rule reads the family less well; first matching prefix wins
@@ -73,11 +83,11 @@ class TorchvisionHub:
         torchvision = import_torchvision()
         models = torchvision.models
         with_backbone = list(models.list_models(module=models.detection)) + list(models.list_models(module=models.segmentation))
-        names = list(models.list_models(module=models)) + with_backbone
+        names = list(models.list_models(module=models)) + list(models.list_models(module=models.video)) + with_backbone
         if arch not in names:
             raise UsageError(
-                f"unknown torchvision model '{arch}'{closest(arch, names)}; torchvision's classification, detection and "
-                "segmentation models are listed by torchvision.models.list_models()"
+                f"unknown torchvision model '{arch}'{closest(arch, names)}; torchvision's classification, video, detection "
+                "and segmentation models are listed by torchvision.models.list_models()"
             )
         given: dict[str, Any] = dict(kwargs or {})
         if num_classes is not None:
@@ -96,6 +106,13 @@ class TorchvisionHub:
         return ("url", url) if url else None
 
     def data_config(self, model: nn.Module, arch: str) -> DataConfig:
+        """The DEFAULT weights' transforms, with a video classifier's clip length; the ImageNet statistics without them."""
+        config = self._image_config(model, arch)
+        if not is_video_model(model):
+            return config
+        return replace(config, clip_length=clip_length(model))
+
+    def _image_config(self, model: nn.Module, arch: str) -> DataConfig:
         """The DEFAULT weights' transforms; the ImageNet statistics at the model's size without them.
 
         A model that declares its input size (a ViT's `image_size`) is built for that size, whatever the DEFAULT
@@ -129,11 +146,11 @@ class TorchvisionHub:
         return list(categories) if categories and len(categories) == num_classes else None
 
     def default_layer(self, model: nn.Module, arch: str) -> str | None:
-        """The family table: first matching architecture prefix wins."""
+        """The family table: first matching architecture prefix wins; a video classifier without its name, by its class."""
         for prefix, path in DEFAULT_LAYERS:
             if arch.startswith(prefix):
                 return path
-        return None
+        return VIDEO_CLASSES.get(type(model).__name__) if _from_torchvision(model) else None
 
     def stage_layers(self, model: nn.Module, arch: str) -> list[str] | None:
         """The family table; vgg, alexnet: the map before each max-pool, then `features`; vit: every k-th encoder layer.
@@ -153,6 +170,24 @@ class TorchvisionHub:
     def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:
         """torchvision's ViT prepends one class token and does not say so on the module."""
         return 1 if arch.startswith("vit_") else None
+
+
+def _from_torchvision(model: nn.Module) -> bool:
+    return type(model).__module__.startswith("torchvision.models.video")
+
+
+def is_video_model(model: nn.Module) -> bool:
+    """One of torchvision's video classifiers (its input N×C×T×H×W)."""
+    return _from_torchvision(model) and type(model).__name__ in VIDEO_CLASSES
+
+
+def clip_length(model: nn.Module) -> int:
+    """Frames per clip: MViT's from its positional grid (its time steps times the patch embedding's stride), else 16."""
+    encoding, embed = getattr(model, "pos_encoding", None), getattr(model, "conv_proj", None)
+    steps, stride = getattr(encoding, "temporal_size", None), getattr(embed, "stride", None)
+    if isinstance(steps, int) and isinstance(stride, tuple):
+        return steps * int(stride[0])
+    return CLIP_LENGTH
 
 
 def _weights(arch: str) -> Any:

@@ -57,6 +57,11 @@ class NetworkCam(Protocol):
     def __call__(self, network: NetworkGradients, /) -> torch.Tensor: ...
 
 
+def spatial_dims(t: torch.Tensor) -> tuple[int, ...]:
+    """Every dim after the channels: (2, 3) of an image's N×C×H×W, (2, 3, 4) of a clip's or a volume's N×C×T×H×W."""
+    return tuple(range(2, t.dim()))
+
+
 CamFunction = GradientCam | ActivationCam | PerturbationCam | NetworkCam
 ARITY = {MethodKind.GRADIENT: 2, MethodKind.ACTIVATION: 2, MethodKind.PERTURBATION: 1, MethodKind.NETWORK: 1}
 

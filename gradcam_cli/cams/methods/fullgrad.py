@@ -97,7 +97,7 @@ def fullgrad(net: NetworkGradients) -> torch.Tensor:
     stacked = torch.cat(parts, dim=1)
     small = resize(scale_channels(stacked), (size[0] // EIGEN_DOWNSCALE, size[1] // EIGEN_DOWNSCALE))
     projected = orient(first_component(small), small)[:, None]
-    return resize(scale_channels(projected), size)[:, 0]  # type: ignore[arg-type]
+    return resize(scale_channels(projected), size)[:, 0]
 
 
 def orient(projection: torch.Tensor, parts: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ and alpha = 0 where the gradient is exactly zero.
 from __future__ import annotations
 
 
-from gradcam_cli.cams.methods.base import register_method
+from gradcam_cli.cams.methods.base import register_method, spatial_dims
 
 import torch
 
@@ -22,8 +22,8 @@ def gradcam_plusplus(activations: torch.Tensor, gradients: torch.Tensor) -> torc
 
     g2 = gradients.pow(2)
     g3 = g2 * gradients
-    channel_sums = activations.sum(dim=(2, 3), keepdim=True)
+    channel_sums = activations.sum(dim=spatial_dims(activations), keepdim=True)
     alpha = g2 / (2 * g2 + channel_sums * g3 + EPS)
     alpha = torch.where(gradients != 0, alpha, torch.zeros_like(alpha))
-    weights = (gradients.clamp(min=0) * alpha).sum(dim=(2, 3), keepdim=True)
+    weights = (gradients.clamp(min=0) * alpha).sum(dim=spatial_dims(activations), keepdim=True)
     return weights * activations

@@ -15,16 +15,18 @@ always gives the same map.
 from __future__ import annotations
 
 
+import math
+
 import torch
 
 
 def first_component(weighted: torch.Tensor) -> torch.Tensor:
-    """(N, C, H, W) → (N, H, W): each position projected on the first principal axis."""
-    n, c, h, w = weighted.shape
-    rows = weighted.float().nan_to_num(nan=0.0).reshape(n, c, h * w).transpose(1, 2)  # N x HW x C
+    """(N, C, H, W) → (N, H, W), or (N, C, T, H, W) → (N, T, H, W): each position projected on the first principal axis."""
+    n, c, *spatial = weighted.shape
+    rows = weighted.float().nan_to_num(nan=0.0).reshape(n, c, math.prod(spatial)).transpose(1, 2)  # N x HW x C (a clip: N x THW x C)
     centred = rows - rows.mean(dim=1, keepdim=True)
     _, _, vh = torch.linalg.svd(centred, full_matrices=False)
     projection = (centred @ vh[:, 0, :, None]).squeeze(-1)  # N x HW
     flip = projection.amin(dim=1).abs() > projection.amax(dim=1).abs()
     projection = torch.where(flip[:, None], -projection, projection)
-    return projection.reshape(n, h, w)
+    return projection.reshape(n, *spatial)

@@ -8,7 +8,7 @@ gradient averaged with the channel's own activations as weights.
 from __future__ import annotations
 
 
-from gradcam_cli.cams.methods.base import register_method
+from gradcam_cli.cams.methods.base import register_method, spatial_dims
 
 import torch
 
@@ -17,6 +17,6 @@ EPS = 1e-7  # the reference's stabiliser for a channel that sums to zero
 
 @register_method("xgradcam")
 def xgradcam(activations: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
-    channel_sums = activations.sum(dim=(2, 3), keepdim=True)
-    weights = (gradients * activations / (channel_sums + EPS)).sum(dim=(2, 3), keepdim=True)
+    channel_sums = activations.sum(dim=spatial_dims(activations), keepdim=True)
+    weights = (gradients * activations / (channel_sums + EPS)).sum(dim=spatial_dims(activations), keepdim=True)
     return weights * activations
