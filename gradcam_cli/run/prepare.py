@@ -57,10 +57,10 @@ class PreparedRun:
         return self.loaded.model
 
     def compute(self, x: torch.Tensor, targets: Targets | None = None) -> CamBatch:
-        """The maps of a preprocessed batch (N, 3, H, W), computed as the run does (device, memory format); `targets`
-        for this batch only (a detector's missed objects), else the run's."""
+        """The maps of a preprocessed batch (N, 3, H, W) or of clips (N, 3, T, H, W), computed as the run does (device,
+        memory format); `targets` for this batch only (a detector's missed objects), else the run's."""
         x = x.to(self.device, non_blocking=True)
-        if self.channels_last:
+        if self.channels_last and x.dim() == 4:  # a clip's (N, C, T, H, W) keeps its layout: channels_last is 4-D
             x = x.contiguous(memory_format=torch.channels_last)
         cams = compute_cams(
             self.model,
