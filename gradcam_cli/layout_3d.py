@@ -71,8 +71,18 @@ def channels_dim_hint_3d(module: nn.Module) -> int | None:
 
 
 def map_layer_of(model: nn.Module) -> str | None:
-    """The last Conv3d of the model, in module order: a layer whose output is a channels-first map, to name in a refusal."""
-    found = [name for name, module in model.named_modules() if name and isinstance(module, nn.Conv3d)]
+    """A layer to name in a refusal, one a run can read: an MViT's last block's `norm1` (tokens on the model's own
+    grid), else the model's last Conv3d outside an attention (one inside pools each head's tokens: its batch is not
+    the clips')."""
+    blocks = getattr(model, "blocks", None)
+    if isinstance(blocks, nn.ModuleList) and mvit_token_grid(model, f"blocks.{len(blocks) - 1}.norm1") is not None:
+        return f"blocks.{len(blocks) - 1}.norm1"
+    inside = {f"{name}." for name, module in model.named_modules() if name and "Attention" in type(module).__name__}
+    found = [
+        name
+        for name, module in model.named_modules()
+        if name and isinstance(module, nn.Conv3d) and not any(name.startswith(prefix) for prefix in inside)
+    ]
     return found[-1] if found else None
 
 

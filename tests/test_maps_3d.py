@@ -295,6 +295,21 @@ def test_what_cannot_be_laid_out_is_one_line_naming_a_layer_that_works() -> None
     assert "'conv_proj'" in _one_line(flat.value)
 
 
+def test_a_video_classifiers_pooled_layer_is_refused_naming_its_default(r3d: nn.Module) -> None:
+    x = seeded(1, 1, 3, 8, 64, 64)
+    for layer in ("avgpool", "fc"):  # one cell; no grid at all
+        with pytest.raises(LayoutError) as refused:
+            gradcam_cli.cam(r3d, x, layer)
+        assert "'layer4'" in _one_line(refused.value)
+
+
+def test_gradcam_layers_lists_a_video_classifier_at_its_clip_size(run_cli) -> None:
+    result = run_cli("layers", "torchvision:r3d_18", "--depth", "1")
+    assert result.code == 0, result.stderr
+    assert "* layer4  Sequential  1x512x2x7x7  [NCTHW 2x7x7]" in result.stdout
+    assert "# input 16x112x112; default target: layer4 (marked *)" in result.stderr
+
+
 @pytest.mark.parametrize("method", ["scorecam", "ablationcam", "fullgrad", "guided-gradcam"])
 def test_methods_that_cannot_map_a_clip_are_refused_in_one_line(tiny: nn.Module, method: str) -> None:
     with pytest.raises(UsageError) as refused:

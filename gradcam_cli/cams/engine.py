@@ -65,14 +65,17 @@ class _Job:
 
     def layouts_3d(self, activations: Sequence[torch.Tensor]) -> list[Layout | Layout3d]:
         """Each layer's layout for a clip or a volume (layout_3d.py): its module type, the model's token grid."""
+        from gradcam_cli.layers.defaults import known_clip_layer
+
         t, h, w = self.size
+        map_layer = known_clip_layer(self.model) or map_layer_of(self.model)  # named if a layer is refused
         found: list[Layout | Layout3d] = []
         for a, layer in zip(activations, self.layers):
             hints = LayoutHints3d(
                 channels_dim=channels_dim_hint_3d(layer.module),
                 grid=self.hints.grid,
                 token_grid=mvit_token_grid(self.model, layer.name) if a.dim() == 3 else None,
-                map_layer=map_layer_of(self.model),
+                map_layer=map_layer,
             )
             found.append(target_layout_3d(tuple(a.shape), (t, h, w), hints, layer.name, self.model_name))
         return found

@@ -30,9 +30,10 @@ def layers(
     **given: Any,
 ) -> int:
     """Print the module tree with output shapes and layouts; the default target is marked."""
-    from gradcam_cli.layers.defaults import task_layer_paths
+    from gradcam_cli.layers.defaults import clip_layer_paths, task_layer_paths
     from gradcam_cli.layers.paths import resolve_layers
-    from gradcam_cli.layers.tree import layer_rows
+    from gradcam_cli.layers.tree import clip_layer_rows, layer_rows
+    from gradcam_cli.model.torchvision_hub import TORCHVISION, clip_length, is_video_model
     from gradcam_cli.model.data_config import default_input_hw
     from gradcam_cli.model.detectors import detector_family
     from gradcam_cli.model.load import build_model, num_prefix_tokens
@@ -46,9 +47,24 @@ def layers(
         family = detector_family(net)  # a detector's defaults are its family's: the feature maps its heads read
         own_hw = family.data_config(net).input_hw if family else default_input_hw(net)  # a detector: the input a run gives it
         input_hw = parse_input_size(given["input_size"]) if given.get("input_size") else own_hw
+        if is_video_model(net):  # clips (N, 3, T, H, W): probed at the clip length a run gives it
+            clip = (clip_length(net), *(input_hw if given.get("input_size") else TORCHVISION.data_config(net, arch).input_hw))
+            defaults = [layer.name for layer in resolve_layers(net, clip_layer_paths(net, (3, *clip)), model)]
+            rows = clip_layer_rows(net, clip, defaults)
+            size = "x".join(map(str, clip))
+            return _write_rows(
+                ctx, rows, depth, filter_text, json_lines, f"# input {size}; default target: {', '.join(defaults)} (marked *)"
+            )
         paths = family.default_layers(net) if family else task_layer_paths(net, arch, source, input_hw)
         defaults = [layer.name for layer in resolve_layers(net, paths, model)]
         rows = layer_rows(net, input_hw, defaults, num_prefix_tokens(net, source, arch))
+    return _write_rows(
+        ctx, rows, depth, filter_text, json_lines, f"# input {input_hw[0]}x{input_hw[1]}; default target: {', '.join(defaults)} (marked *)"
+    )
+
+
+def _write_rows(ctx: typer.Context, rows: list[Any], depth: int | None, filter_text: str | None, json_lines: bool, note: str) -> int:
+    """The module tree to stdout; the note (the input and the default target) to stderr."""
     streams = command_streams(ctx)
     needle = (filter_text or "").lower()
     for row in rows:
@@ -58,7 +74,7 @@ def layers(
             continue
         write_line(streams.stdout, _layer_line(row, json_lines))
     if not json_lines:
-        write_line(streams.stderr, f"# input {input_hw[0]}x{input_hw[1]}; default target: {', '.join(defaults)} (marked *)")
+        write_line(streams.stderr, note)
     return ExitCode.OK
 
 

@@ -49,16 +49,24 @@ def default_layer_paths(
     return [reaching_layer(model, layer, input_hw, arch or type(model).__name__)]
 
 
+def known_clip_layer(model: nn.Module) -> str | None:
+    """A clip model's default layer as a hub knows it (torchvision's video classifiers, by their class), no probe."""
+    path = next((found for hub in SOURCES if (found := hub.default_layer(model, "")) is not None), None)
+    layer = _module_at(model, path) if path is not None else None
+    if layer is None:
+        return None
+    return layer.path if is_norm(layer.module) else run_by(layer).path
+
+
 def clip_layer_paths(model: nn.Module, input_shape: tuple[int, ...]) -> list[str]:
     """The default layer of a model that takes clips or volumes, `input_shape` (C, T, H, W): a hub's rule (torchvision's
     video classifiers), else the outermost module that last output a map with more than one cell (N, C, T, H, W) in a
     probe forward at that shape (a 3-D CNN's last stage)."""
     from gradcam_cli.layers.tree import probe_shapes
 
-    path = next((found for hub in SOURCES if (found := hub.default_layer(model, "")) is not None), None)
-    layer = _module_at(model, path) if path is not None else None
-    if layer is not None:
-        return [layer.path if is_norm(layer.module) else run_by(layer).path]
+    known = known_clip_layer(model)
+    if known is not None:
+        return [known]
     shapes = probe_shapes(model, (input_shape[-2], input_shape[-1]), input_shape=input_shape)
     maps = [name for name, shape in shapes.items() if name and len(shape) == 5 and shape[0] == 1 and min(shape[2:]) > 1]
     if not maps:

@@ -117,3 +117,25 @@ def layer_rows(
         depth = name.count(".") + 1 if name else 0
         rows.append(LayerRow(name or "(model)", type(module).__name__, depth, shape, layout, name in default_names))
     return rows
+
+
+def clip_layer_rows(model: nn.Module, input_size: tuple[int, int, int], default_names: list[str]) -> list[LayerRow]:
+    """`layer_rows` for a model that takes clips or volumes: one probe forward of a (3, T, H, W) clip, each output read
+    as a run reads a clip's layers (layout_3d.py: the module's type, the model's own token grid)."""
+    from gradcam_cli.errors import LayoutError
+    from gradcam_cli.layout_3d import LayoutHints3d, channels_dim_hint_3d, detect_layout_3d, mvit_token_grid
+
+    shapes = probe_shapes(model, (input_size[1], input_size[2]), input_shape=(3, *input_size))
+    rows = []
+    for name, module in model.named_modules():
+        shape = shapes.get(name)
+        layout = None
+        if shape is not None and len(shape) in (3, 5) and name:
+            hints = LayoutHints3d(channels_dim_hint_3d(module), token_grid=mvit_token_grid(model, name) if len(shape) == 3 else None)
+            try:
+                layout = detect_layout_3d(shape, input_size, hints).describe()
+            except LayoutError:
+                layout = "?"
+        depth = name.count(".") + 1 if name else 0
+        rows.append(LayerRow(name or "(model)", type(module).__name__, depth, shape, layout, name in default_names))
+    return rows
