@@ -321,13 +321,15 @@ OPTIONS: tuple[Option, ...] = (
            doc="refuse images larger than N pixels, read from the header before decoding (default 100,000,000; 0 = no limit): "
                "a guard against decompression bombs"),
     Option(name="every", flags=("--every",), kind=int, default=1, group="inputs", metavar="N", minimum=1,
-           help="Videos: explain every Nth frame (the overlay video plays at the input's rate / N).",
-           doc="a video's frames explained: every Nth (default 1, every frame); its overlay video plays at the input's "
-               "frame rate divided by N"),
+           help="Videos: explain every Nth frame (default 1: all; the overlay video plays at the input's rate / N)."),
     Option(name="fps", flags=("--fps",), kind=float, default=None, group="inputs", metavar="F", minimum=0.001,
-           help="Videos: explain F frames a second (the first frame at or after each 1/F s); excludes --every.",
-           doc="a video's frames explained: F a second, the first frame at or after each 1/F seconds (the overlay video "
-               "plays at F frames a second); excludes `--every`"),
+           help="Videos: explain F frames a second (the first frame at or after each 1/F s); excludes --every."),
+    Option(name="clip_len", flags=("--clip-len",), kind=int, default=None, group="model", metavar="T", minimum=1,
+           help="Video classifiers: frames per clip (default: the model's own; your own 3-D model: required).",
+           doc="a video classifier's frames per clip (its input N×3×T×H×W): torchvision's video models know theirs (16); "
+               "a model your code builds takes clips when this is given"),
+    Option(name="clip_stride", flags=("--clip-stride",), kind=int, default=None, group="inputs", metavar="S", minimum=1,
+           help="Video classifiers: a clip starts every S frames (default: its length); a frame's map is the nearest clip's."),
     Option(name="slices", flags=("--slices",), kind=Plane, default=None, group="inputs",
            help="Volumes (NIfTI, DICOM series): explain every slice of this plane with a 2-D model.",
            doc="a volume (`.nii`, `.nii.gz`, a folder of one DICOM series) explained slice by slice with a 2-D model, "

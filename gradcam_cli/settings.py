@@ -35,10 +35,13 @@ class ModelSettings:
     std: tuple[float, float, float] | None = None
     interpolation: Interpolation | None = None
     crop_pct: float | None = None
+    clip_len: int | None = None  # a video classifier's frames per clip (its own, or the user's model's), where it overrides
 
     def preprocessing(self) -> dict[str, Any]:
-        """The preprocessing the user set (input_hw, mean, std, interpolation, crop_pct), the rest left to the model."""
+        """The preprocessing the user set (input_hw, mean, std, interpolation, crop_pct, clip_length), the rest left to
+        the model."""
         given: dict[str, Any] = {"input_hw": self.input_size, "mean": self.mean, "std": self.std, "crop_pct": self.crop_pct}
+        given["clip_length"] = self.clip_len
         given["interpolation"] = self.interpolation.value if self.interpolation else None
         return {key: value for key, value in given.items() if value is not None}
 
@@ -96,6 +99,7 @@ class InputSettings:
     iou: float = 0.5  # a detector's: the IoU a detection needs with a true box to match it
     every: int = 1  # a video's: every Nth frame explained
     fps: float | None = None  # a video's: F frames a second explained instead (excludes `every`)
+    clip_stride: int | None = None  # a video classifier's: frames from one clip's start to the next's (None: its length)
     slices: Plane | None = None  # a volume's: the plane a 2-D model explains slice by slice
     window: Window | None = None  # a volume's intensity window (None: percentiles)
 

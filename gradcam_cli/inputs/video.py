@@ -180,3 +180,53 @@ def _time(frame: Any, index: int, rate: Fraction, start: int) -> float:
 def _said(error: BaseException) -> str:
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
     return text.replace(" (errno", " (error").split(": '")[0]
+
+
+@dataclass(frozen=True)
+class Clip:
+    """T chosen frames a video classifier takes at once, and which of them take their map from it (`shown`: positions in
+    `frames`, each frame shown by the clip whose middle is nearest to it)."""
+
+    index: int
+    frames: tuple[Frame, ...]
+    shown: tuple[int, ...]
+
+    @property
+    def image(self) -> np.ndarray:
+        return self.frames[0].image
+
+
+def clips(frames: Iterator[Frame], length: int, stride: int) -> Iterator[Clip]:
+    """The chosen frames as clips of `length`, one starting every `stride` frames, and a last one ending with the video
+    (padded by its last frame when the video is shorter than a clip) for the frames no earlier clip shows; a window
+    of frames held, never the video."""
+    held: list[Frame] = []  # chosen frames from `first` on
+    first, count, index, shown_to = 0, 0, 0, 0  # shown_to: frames before it are shown (or in no clip)
+    for frame in frames:
+        held.append(frame)
+        count += 1
+        start = index * stride
+        if count < start + length:
+            continue
+        shown = [f for f in range(max(start, shown_to), start + length) if _nearest_clip(f, length, stride) == index]
+        yield Clip(index, tuple(held[start - first : start - first + length]), tuple(f - start for f in shown))
+        shown_to = max(shown_to, shown[-1] + 1) if shown else shown_to
+        index += 1
+        keep = min(index * stride, shown_to, count - length)
+        if keep > first:
+            del held[: keep - first]
+            first = keep
+    if shown_to < count:  # the tail: the frames after the last whole clip, in a clip ending with the video
+        start = max(0, count - length)
+        members = held[start - first :]
+        members += [members[-1]] * (length - len(members))
+        yield Clip(index, tuple(members), tuple(range(max(start, shown_to) - start, count - start)))
+
+
+def _nearest_clip(frame: int, length: int, stride: int) -> int | None:
+    """The clip (of those starting every `stride` frames) that holds this frame with its middle nearest (ties: the
+    earlier); None when no clip holds it (a stride longer than the clip)."""
+    low, high = max(0, -(-(frame - length + 1) // stride)), frame // stride
+    if low > high:
+        return None
+    return min(range(low, high + 1), key=lambda c: (abs(c * stride + (length - 1) / 2 - frame), c))

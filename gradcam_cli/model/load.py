@@ -198,7 +198,7 @@ def load_model(
         prefix = towers.num_prefix_tokens(model)
         return LoadedModel(model, name.strip(), source, arch, config, label_names, prefix, notices, None, towers=towers)
     model = scores_view(model, output)
-    found, shape = probed_output(model, config.input_hw)
+    found, shape = probed_output(model, config.input_size)
     segmenter = segmenter_of(shape)  # scores (N, C, H, W): a segmenter, its classes its output's channels
     outputs = segmenter.classes if segmenter is not None else head_classes(model, None)
     names = _class_names(source, model, arch, outputs, label_names, labels)

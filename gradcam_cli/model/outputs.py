@@ -126,10 +126,11 @@ def _returns_tensor(model: nn.Module) -> bool:
     return module.startswith(("timm.", "torchvision.models")) and not module.startswith("torchvision.models.segmentation")
 
 
-def probed_output(view: nn.Module, input_hw: tuple[int, int]) -> tuple[str | None, tuple[int, ...] | None]:
-    """One forward of a blank image through the view: the part of the output the scores came from, and their shape
-    (None: not probed, timm's and torchvision's classifiers). A model whose output holds no scores, class scores
-    (N, classes) or a segmenter's (N, C, H, W), or whose forward raises, fails here in one line, before any image is read."""
+def probed_output(view: nn.Module, input_size: tuple[int, ...]) -> tuple[str | None, tuple[int, ...] | None]:
+    """One forward of a blank image (a clip model's: a blank clip, `input_size` (T, H, W)) through the view: the part
+    of the output the scores came from, and their shape (None: not probed, timm's and torchvision's classifiers). A model
+    whose output holds no scores, class scores (N, classes) or a segmenter's (N, C, H, W), or whose forward raises, fails
+    here in one line, before any image is read."""
     if not getattr(view, "_gradcam_view", False):
         return None, None
     from gradcam_cli.model.state import eval_mode
@@ -138,16 +139,16 @@ def probed_output(view: nn.Module, input_hw: tuple[int, int]) -> tuple[str | Non
     device = parameter.device if parameter is not None else torch.device("cpu")
     try:
         with eval_mode(view), torch.inference_mode():
-            scores = view(torch.zeros(1, 3, *input_hw, device=device))
+            scores = view(torch.zeros(1, 3, *input_size, device=device))
     except GradcamError:
         raise
     except (Exception, SystemExit) as error:  # noqa: BLE001 - the user's forward may raise anything; one line naming their code
-        h, w = input_hw
+        what = "x".join(map(str, input_size)) + (" image" if len(input_size) == 2 else " clip (frames x height x width)")
         raise ModelError(
-            f"⟨model⟩: its forward failed on a blank {h}x{w} image: {fault_line(error)}",
+            f"⟨model⟩: its forward failed on a blank {what}: {fault_line(error)}",
             hint="fix the model's forward, or give the input size it takes with ⟨input_size⟩",
         ) from None
-    if scores.dim() != 2 and not is_score_map(tuple(scores.shape), input_hw):
+    if scores.dim() != 2 and not is_score_map(tuple(scores.shape), (input_size[-2], input_size[-1])):
         key = view.__dict__.get("output_key")
         where = f"its {key!r}" if key is not None else "it"
         raise ModelError(

@@ -18,7 +18,7 @@ import numpy as np
 
 from gradcam_cli.found import Segments
 from gradcam_cli.geometry import Geometry
-from gradcam_cli.inputs.video import Frame
+from gradcam_cli.inputs.video import Clip, Frame
 from gradcam_cli.outputs.detection_files import write_detections
 from gradcam_cli.outputs.legend import display_scale
 from gradcam_cli.outputs.records import ImageRecord
@@ -74,15 +74,33 @@ def frame_picture(
     return _class_frame(writer, path, frame, geometry, cams, row, video, raw)
 
 
+def clip_pictures(
+    writer: ResultWriter, path: Path, clip: Clip, geometry: Geometry, cams: CamBatch, row: int, video: Path, raw: Path | None
+) -> list[FramePicture]:
+    """A video classifier's clip: each frame it shows with its own time slice of the clip's map (T, H, W), and the
+    clip's class."""
+    if not bool(cams.finite[row]):
+        message = f"{path}: clip {clip.index}: the model's scores or gradients are not finite (NaN or inf); shown without a map"
+        return [FramePicture(at_frame(writer.error_record(path, message), clip.frames[t]), clip.frames[t].image) for t in clip.shown]
+    pictures = []
+    for t in clip.shown:
+        picture = _class_frame(writer, path, clip.frames[t], geometry, cams, row, video, raw, moment=t)
+        picture.record = replace(picture.record, clip=clip.index)
+        pictures.append(picture)
+    return pictures
+
+
 def _class_frame(
-    writer: ResultWriter, path: Path, frame: Frame, geometry: Geometry, cams: CamBatch, row: int, video: Path, raw: Path | None
-) -> FramePicture:
-    """A classifier's (or a prompt's) frame: its one explained class, the map on the frame left undrawn."""
+    writer: ResultWriter, path: Path, frame: Frame, geometry: Geometry, cams: CamBatch, row: int, video: Path, raw: Path | None,
+    moment: int | None = None,
+) -> FramePicture:  # fmt: skip
+    """A classifier's (or a prompt's) frame: its one explained class, the map on the frame left undrawn (a clip's map at
+    the frame's `moment` in it)."""
     probabilities = image_probabilities(cams.logits[row], writer.kind)
     k = cams.ranks(row)[0]
     target = target_record(cams, row, k, probabilities, writer.class_names, overlay=str(video), raw=str(raw) if raw is not None else None)
     record = at_frame(image_record(str(path), frame.image, [target], probabilities, writer.class_names, writer.context), frame)
-    cam = cams.maps[row, k]
+    cam = cams.maps[row, k] if moment is None else cams.maps[row, k, moment]
     shown, kept = photo_maps(cam, geometry, raw_norm=writer.raw_norm, with_raw=raw is not None)
     caption = caption_for(target, writer.context, writer.kind) if writer.caption else None
     scale = display_scale(cam, writer.raw_norm) if caption else None

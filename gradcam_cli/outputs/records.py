@@ -156,6 +156,7 @@ class ImageRecord:
     height: int | None = None
     frame: int | None = None  # a video's: the frame's index among all its frames (None: an image)
     time: float | None = None  # a video's: the frame's time in seconds from the video's start
+    clip: int | None = None  # a video classifier's: the clip (of ⟨clip_len⟩ frames) this frame's map and class come from
     slice: int | None = None  # a volume's: the slice's index in its plane's stack (⟨slices⟩), upright as viewers show it
     intensity: str | None = None  # a volume's: how its intensities were scaled for the model (a window, or percentiles)
     class_index: int | None = None

@@ -22,7 +22,7 @@ import torch
 
 from gradcam_cli.cams.methods import MethodKind
 from gradcam_cli.errors import GradcamError, InputError, OutputError
-from gradcam_cli.geometry import plan_geometry, to_input_array
+from gradcam_cli.geometry import plan_geometry
 from gradcam_cli.inputs.decode import load_image
 from gradcam_cli.inputs.sources import Source
 from gradcam_cli.inputs.truth import load_ground_truth
@@ -30,18 +30,16 @@ from gradcam_cli.maps import CamBatch, ProgressFn
 from gradcam_cli.model.labels import class_aliases
 from gradcam_cli.outputs.naming import OutputNamer, ensure_writable
 from gradcam_cli.outputs.records import ImageRecord
-from gradcam_cli.outputs.frame_files import at_frame, frame_picture
-from gradcam_cli.outputs.video_files import FramePicture
 from gradcam_cli.outputs.writer import ResultWriter
 from gradcam_cli.run.batches import Batcher, Item
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.resume import existing_outputs
 from gradcam_cli.run.summary import Summary
 from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
-from gradcam_cli.run.sequences import PictureDone, RunShape, SequenceRuns
+from gradcam_cli.run.sequences import PictureDone, RunShape, SequenceRuns, explained_pictures, failed_pictures, model_input
 from gradcam_cli.run.slices_kind import SlicesKind
 from gradcam_cli.run.video_kind import VideoKind
-from gradcam_cli.inputs.video import FramePick
+from gradcam_cli.inputs.video import Clip, FramePick
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.vocab import Norm, TargetKind
@@ -106,9 +104,11 @@ class Explainer:
         """The inputs of many pictures this run takes: videos, and volumes slice by slice."""
         classes, inputs = self.prepared.classes, self.settings.inputs
         several = classes is not None and (len(classes.classes) > 1 or classes.topk > 1 or classes.by_threshold)
-        shape = RunShape(self.settings, several_maps=several, one_map=classes is not None)
-        smooth = self.settings.outputs.smooth
-        kinds = (VideoKind(self.writer, FramePick(inputs.every, inputs.fps), smooth), SlicesKind(self.writer, inputs.slices, inputs.window))
+        length = self.prepared.loaded.data_config.clip_length
+        shape = RunShape(self.settings, several_maps=several, one_map=classes is not None, clip_length=length)
+        clip = (length, inputs.clip_stride or length) if length is not None else None
+        video = VideoKind(self.writer, FramePick(inputs.every, inputs.fps), self.settings.outputs.smooth, clip)
+        kinds = (video, SlicesKind(self.writer, inputs.slices, inputs.window))
         return SequenceRuns(kinds, shape, self.writer)
 
     @property
@@ -149,10 +149,11 @@ class Explainer:
         seen: list[Path] = []
 
         def report(result: object) -> None:
+            for record in self.sequences.take(result):  # a frame or slice goes into its output, its end closes it
+                report_one(record)
+
+        def report_one(record: ImageRecord) -> None:
             nonlocal said_empty
-            record = self.sequences.take(result)  # a frame or slice goes into its output, its end closes it
-            if record is None:
-                return
             if self.judge is not None or self.regions is not None:  # which truth entries named no input: said at the end
                 seen.append(Path(record.input))
             record = self._told_truth(record)
@@ -214,6 +215,10 @@ class Explainer:
         source, base = item.source, item.base
         if item.error or item.end is not None or item.skipped:
             return item
+        config = self.prepared.loaded.data_config
+        if config.clip_length is not None and not isinstance(item.frame, Clip):
+            item.error = f"{source.path}: the model takes clips of {config.clip_length} frames (N×3×T×H×W): give it videos"
+            return item
         try:
             if item.frame is not None:
                 item.image = item.frame.image
@@ -240,7 +245,6 @@ class Explainer:
             except GradcamError as error:  # a true box outside its image: this image's error, the others go on
                 item.error = f"{source.path}: {error.spelled(as_flag)}"
                 return item
-        config = self.prepared.loaded.data_config
         item.geometry = plan_geometry((height, width), config, crop=self.settings.inputs.crop)
         if self.regions is not None and self.regions.needed:
             try:
@@ -248,7 +252,7 @@ class Explainer:
             except GradcamError as error:  # a mask of another size, a box outside the image: its error, the others go on
                 item.error = f"{source.path}: {error.spelled(as_flag)}"
                 return item
-        item.array = to_input_array(item.image, item.geometry, config)
+        item.array = model_input(item, config)
         return item
 
     # ------------------------------------------------------------- one batch
@@ -278,9 +282,7 @@ class Explainer:
     def _failed(self, item: Item, message: str) -> ImageRecord | PictureDone:
         """An input's error record; a video frame's goes back to its video, shown there without a map."""
         record = self.writer.error_record(item.source.path, message)
-        if item.frame is None or item.sequence is None:
-            return record
-        return PictureDone(item.sequence, FramePicture(at_frame(record, item.frame), item.frame.image))
+        return record if item.frame is None else failed_pictures(item, record)
 
     def _judged(self, ready: list[Item], results: list[tuple[CamBatch, int] | str]) -> list[tuple[CamBatch, int] | str]:
         """The batch's detections judged against the truth (judge.py), its missed objects explained."""
@@ -298,9 +300,7 @@ class Explainer:
         try:
             assert item.image is not None and item.geometry is not None
             if item.frame is not None:
-                job = item.sequence
-                picture = frame_picture(self.writer, item.source.path, item.frame, item.geometry, cams, row, item.base, job.output, job.raw)
-                return PictureDone(job, picture)
+                return explained_pictures(self.writer, item, cams, row)
             return self.writer.finish(item.source.path, item.image, item.geometry, cams, row, item.base)
         except OSError as error:
             if error.errno in OUTPUT_FATAL_ERRNOS:

@@ -18,8 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from gradcam_cli.errors import InputError
-from gradcam_cli.inputs.video import Frame
+from gradcam_cli.geometry import to_input_array
+from gradcam_cli.inputs.video import Clip, Frame
+from gradcam_cli.maps import CamBatch
+from gradcam_cli.model.data_config import DataConfig
+from gradcam_cli.outputs.frame_files import at_frame, clip_pictures, frame_picture
 from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.outputs.records import ImageRecord
 from gradcam_cli.outputs.video_files import FramePicture, MapSmoother
@@ -41,7 +47,7 @@ class Sink(Protocol):
 class Opened(Protocol):
     """One input of a kind, opened: its pictures one at a time; closed when they are done."""
 
-    def frames(self) -> Iterator[Frame]: ...
+    def frames(self) -> Iterator[Frame | Clip]: ...
 
     def __enter__(self) -> Opened: ...
 
@@ -84,6 +90,7 @@ class RunShape:
     settings: ExplainSettings
     several_maps: bool  # several classes an image (⟨topk⟩, several ⟨classes⟩, ⟨multilabel⟩)
     one_map: bool  # a classifier's one map a picture (a detector's and segmenter's follow their objects)
+    clip_length: int | None = None  # a video classifier's frames a clip (None: the model takes images)
 
 
 @dataclass(frozen=True)
@@ -96,10 +103,10 @@ class SequenceEnd:
 
 @dataclass(frozen=True)
 class PictureDone:
-    """A picture's result on its way back to its input's sink."""
+    """A picture's results on their way back to its input's sink (a video classifier's clip: the frames it shows)."""
 
     job: SequenceJob
-    picture: FramePicture
+    pictures: list[FramePicture]
 
 
 class SequenceRuns:
@@ -144,17 +151,20 @@ class SequenceRuns:
                 return
         yield Item(item.source, item.base, end=SequenceEnd(job))
 
-    def take(self, result: object) -> ImageRecord | None:
-        """In input order: a picture into its input's sink (its record given back), or an input's end."""
+    def take(self, result: object) -> list[ImageRecord]:
+        """In input order: a picture's results into its input's sink (their records given back), an input's end (no
+        record), or an image's record."""
         if isinstance(result, PictureDone):
-            self._add(result.job, result.picture)
-            record = result.picture.record
-            return record if result.job.intensity is None else record.told_intensity(result.job.intensity)
+            intensity = result.job.intensity
+            for picture in result.pictures:
+                self._add(result.job, picture)
+            records = [picture.record for picture in result.pictures]
+            return records if intensity is None else [record.told_intensity(intensity) for record in records]
         if isinstance(result, SequenceEnd):
             self._end(result)
-            return None
+            return []
         assert isinstance(result, ImageRecord)
-        return result
+        return [result]
 
     def _add(self, job: SequenceJob, picture: FramePicture) -> None:
         if job.sink is None:
@@ -184,6 +194,31 @@ class SequenceRuns:
             if job.sink is not None:
                 job.sink.abort()
         self.open.clear()
+
+
+def model_input(item: Item, config: DataConfig) -> np.ndarray:
+    """What the model reads of an item: an image's or a frame's (3, H, W), a clip's (3, T, H, W), each frame prepared
+    as an image and stacked along time."""
+    assert item.image is not None and item.geometry is not None
+    if isinstance(item.frame, Clip):
+        return np.stack([to_input_array(frame.image, item.geometry, config) for frame in item.frame.frames], axis=1)
+    return to_input_array(item.image, item.geometry, config)
+
+
+def explained_pictures(writer: ResultWriter, item: Item, cams: CamBatch, row: int) -> PictureDone:
+    """In a worker thread: a frame's, slice's or clip's maps made into what its input's sink takes, with their records."""
+    job, path, geometry = item.sequence, item.source.path, item.geometry
+    assert geometry is not None
+    if isinstance(item.frame, Clip):
+        return PictureDone(job, clip_pictures(writer, path, item.frame, geometry, cams, row, job.output, job.raw))
+    return PictureDone(job, [frame_picture(writer, path, item.frame, geometry, cams, row, item.base, job.output, job.raw)])
+
+
+def failed_pictures(item: Item, record: ImageRecord) -> PictureDone:
+    """A picture that failed goes back to its input's output all the same, shown without a map, so a video keeps its
+    length; a clip's, as each frame it shows."""
+    frames = [item.frame.frames[t] for t in item.frame.shown] if isinstance(item.frame, Clip) else [item.frame]
+    return PictureDone(item.sequence, [FramePicture(at_frame(record, frame), frame.image) for frame in frames])
 
 
 def _failed(item: Item, message: str | None, existing: list[Path] | None = None) -> Item:

@@ -53,6 +53,8 @@ class SlicesKind:
     def refusal(self, run: RunShape) -> str | None:
         """Why this run cannot explain volumes slice by slice, as each volume's one line; None when it can."""
         inputs, outputs = run.settings.inputs, run.settings.outputs
+        if run.clip_length is not None:
+            return "the model takes clips of video frames; a volume needs a 2-D model slice by slice (⟨slices⟩)"
         if self.plane is None:
             return "a volume: give ⟨slices⟩ (axial, coronal or sagittal) to explain it slice by slice with a 2-D model"
         if not run.one_map or run.several_maps:

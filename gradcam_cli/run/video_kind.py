@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradcam_cli.inputs.video import Frame, FramePick, VideoReader, is_video
+from gradcam_cli.inputs.video import Clip, Frame, FramePick, VideoReader, clips, is_video
 from gradcam_cli.outputs.picture import draw
 from gradcam_cli.outputs.video_files import FramePicture, VideoFile, video_complete
 from gradcam_cli.outputs.writer import ResultWriter
@@ -54,8 +54,9 @@ class VideoSink:
 class VideoKind:
     """`.mp4 .mov .avi .mkv .webm .m4v` inputs: an overlay video `NAME.EXT.METHOD.mp4` each (and ⟨save_raw⟩'s .npy)."""
 
-    def __init__(self, writer: ResultWriter, pick: FramePick, smooth: int) -> None:
+    def __init__(self, writer: ResultWriter, pick: FramePick, smooth: int, clip: tuple[int, int] | None = None) -> None:
         self.writer, self.pick, self.smooth = writer, pick, smooth
+        self.clip = clip  # a video classifier's clip length and stride (None: each frame an image)
 
     def accepts(self, path: Path) -> bool:
         return is_video(path)
@@ -85,17 +86,18 @@ class VideoKind:
         video, raw = outputs[-1], (outputs[0] if len(outputs) > 1 else None)
         rate, stamp = self.pick.rate(reader.info), self.writer.provenance.text
         job = SequenceJob(video, lambda: VideoSink(VideoFile(video, rate, stamp, raw), self.writer, self.smooth), self.smooth, raw=raw)
-        return _Frames(reader, self.pick), job
+        return _Frames(reader, self.pick, self.clip), job
 
 
 class _Frames:
-    """An opened video as the sequence runner reads it: the chosen frames."""
+    """An opened video as the sequence runner reads it: the chosen frames, or a video classifier's clips of them."""
 
-    def __init__(self, reader: VideoReader, pick: FramePick) -> None:
-        self.reader, self.pick = reader, pick
+    def __init__(self, reader: VideoReader, pick: FramePick, clip: tuple[int, int] | None) -> None:
+        self.reader, self.pick, self.clip = reader, pick, clip
 
-    def frames(self) -> Iterator[Frame]:
-        return self.reader.frames(self.pick)
+    def frames(self) -> Iterator[Frame | Clip]:
+        frames = self.reader.frames(self.pick)
+        return frames if self.clip is None else clips(frames, *self.clip)
 
     def __enter__(self) -> _Frames:
         return self
