@@ -20,7 +20,7 @@ from gradcam_cli.values import (
     parse_channels,
     parse_class,
     parse_grid,
-    parse_input_size,
+    parse_input_shape,
     parse_kwarg,
     parse_region,
     parse_shard,
@@ -117,9 +117,10 @@ OPTIONS: tuple[Option, ...] = (
                "`get_model`), repeatable; the value is read as JSON (`depth=18`, `dims=[64,128]`, `act=\"gelu\"`), else "
                "kept as text (`act=gelu`)"),
     Option(name="input_size", flags=("--input-size",), kind=str, default=None, group="model", metavar="HxW",
-           convert=parse_input_size,
-           help="Model input size (224, 160x192 or 3x224x224); overrides the model's data config.",
-           doc="the model's input size, `224`, `160x192` or timm's `3x224x224` (8 to 8,192 pixels a side); with `--mean`, `--std`, "
+           convert=parse_input_shape,
+           help="Model input size (224, 160x192 or 3x224x224; a 3-D model's DxHxW); overrides the model's data config.",
+           doc="the model's input size, `224`, `160x192` or timm's `3x224x224` (8 to 8,192 pixels a side), or a 3-D model's "
+               "`DxHxW` (a volume's depth or a clip's frames: `--clip-len D`); with `--mean`, `--std`, "
                "`--interpolation` and `--crop-pct` (timm's names) it overrides the model's own data config, for any model"),
     Option(name="mean", flags=("--mean",), kind=str, default=None, group="model", metavar="R,G,B", convert=parse_channels("mean"),
            help="Normalisation mean per channel, 0-1 scale (one value for all three).",

@@ -30,7 +30,8 @@ class ModelSettings:
     trust_pickle: bool = False  # a pickled model file (an Ultralytics .pt) may be loaded: it runs the code inside it
     output: str | None = None  # the key, attribute or index of the forward's result holding the class scores
     kwargs: tuple[tuple[str, Any], ...] = ()  # for the model's builder, in the order given
-    input_size: tuple[int, int] | None = None  # the preprocessing, where it overrides the model's own data config
+    input_size: tuple[int, ...] | None = None  # the preprocessing, where it overrides the model's own data config: (H, W),
+    # or a 3-D model's (D, H, W), its depth the clip length
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
     interpolation: Interpolation | None = None
@@ -40,8 +41,12 @@ class ModelSettings:
     def preprocessing(self) -> dict[str, Any]:
         """The preprocessing the user set (input_hw, mean, std, interpolation, crop_pct, clip_length), the rest left to
         the model."""
-        given: dict[str, Any] = {"input_hw": self.input_size, "mean": self.mean, "std": self.std, "crop_pct": self.crop_pct}
-        given["clip_length"] = self.clip_len
+        size = self.input_size
+        given: dict[str, Any] = {"input_hw": size[-2:] if size else None, "mean": self.mean, "std": self.std, "crop_pct": self.crop_pct}
+        depth = size[0] if size is not None and len(size) == 3 else None
+        if depth is not None and self.clip_len is not None and depth != self.clip_len:
+            raise UsageError(f"⟨input_size⟩ says {depth} frames or slices deep, ⟨clip_len={self.clip_len}⟩ another: give one")
+        given["clip_length"] = self.clip_len or depth
         given["interpolation"] = self.interpolation.value if self.interpolation else None
         return {key: value for key, value in given.items() if value is not None}
 

@@ -154,6 +154,17 @@ def _nesting(text: str) -> int:
     return deepest
 
 
+def parse_input_shape(text: str) -> tuple[int, ...]:
+    """What ⟨input_size⟩ takes: an image's size (parse_input_size), or a 3-D model's `DxHxW` (a volume's depth, or a clip's
+    frames, then height and width; a leading 3 is timm's channels, as ever) → (D, H, W)."""
+    sizes = _sizes(text, mark("input_size", text), "give a size like 224, 160x192, or DxHxW for a 3-D model") or []
+    if len(sizes) != 3 or sizes[0] == 3:
+        return parse_input_size(text)
+    if sizes[0] < 1 or sizes[0] > MAX_INPUT_SIDE:
+        raise UsageError(f"{mark('input_size', text)}: a depth of {sizes[0]:,} frames or slices (1 to {MAX_INPUT_SIDE:,})")
+    return (sizes[0], *parse_input_size(f"{sizes[1]}x{sizes[2]}"))
+
+
 def parse_input_size(text: str) -> tuple[int, int]:
     """`224`, `160x192` or timm's `3x224x224` (also with commas or spaces) → (height, width)."""
     accepted = f"give a size like 224, 160x192 or 3x224x224 (8 to {MAX_INPUT_SIDE:,} pixels a side)"

@@ -110,16 +110,6 @@ def test_bad_volumes_are_one_line_each_and_the_rest_is_done(run_cli, tmp_path, i
     assert {Path(r["input"]).name for r in records if r["ok"]} == {"good.nii.gz", "still.png"}
 
 
-def test_a_volume_without_slices_for_a_2d_model_is_one_line(run_cli, tmp_path, in_test_folder) -> None:
-    scan = Path.cwd() / "scan.nii.gz"
-    shape_volume(scan, slices=2)
-    result = run_cli("explain", scan, *EXAMPLE_MODEL, "-o", tmp_path / "o", "--json")
-    assert result.code == 1
-    assert [r["error"] for r in result.records()] == [
-        f"{scan}: a volume: give --slices (axial, coronal or sagittal) to explain it slice by slice with a 2-D model"
-    ]
-
-
 def test_skip_existing_skips_a_whole_volume(run_cli, tmp_path, in_test_folder) -> None:
     scan = Path.cwd() / "scan.nii.gz"
     shape_volume(scan, slices=2)

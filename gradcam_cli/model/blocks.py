@@ -20,6 +20,12 @@ def every_kth(count: int, rows: int = STAGE_ROWS) -> list[int]:
 NORM_NAME = re.compile(r"(Norm|Norm\d?[dD])$")  # LayerNorm, RmsNorm, LayerNorm2d, BatchNorm2d: timm's and others' norms
 
 
+def input_channels_3d(model: nn.Module) -> int:
+    """The channels a 3-D network's first Conv3d reads (a CT network's 1, a video ResNet's 3); 3 when it has none."""
+    first = next((module for module in model.modules() if isinstance(module, nn.Conv3d)), None)
+    return int(first.in_channels) if first is not None else 3
+
+
 def is_norm(module: nn.Module) -> bool:
     """A normalization layer: torch's own, or a leaf module whose class is named like one."""
     if isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.modules.batchnorm._BatchNorm)):

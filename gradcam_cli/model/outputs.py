@@ -133,13 +133,15 @@ def probed_output(view: nn.Module, input_size: tuple[int, ...]) -> tuple[str | N
     here in one line, before any image is read."""
     if not getattr(view, "_gradcam_view", False):
         return None, None
+    from gradcam_cli.model.blocks import input_channels_3d
     from gradcam_cli.model.state import eval_mode
 
     parameter = next(iter(view.parameters()), None)
     device = parameter.device if parameter is not None else torch.device("cpu")
     try:
         with eval_mode(view), torch.inference_mode():
-            scores = view(torch.zeros(1, 3, *input_size, device=device))
+            channels = input_channels_3d(view) if len(input_size) == 3 else 3  # a CT network's 1, a video ResNet's 3
+            scores = view(torch.zeros(1, channels, *input_size, device=device))
     except GradcamError:
         raise
     except (Exception, SystemExit) as error:  # noqa: BLE001 - the user's forward may raise anything; one line naming their code

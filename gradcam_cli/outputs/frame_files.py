@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gradcam_cli.found import Segments
-from gradcam_cli.geometry import Geometry
+from gradcam_cli.geometry import Geometry, resize
 from gradcam_cli.inputs.video import Clip, Frame
+from gradcam_cli.inputs.volume_slices import WholeVolume
 from gradcam_cli.outputs.detection_files import write_detections
 from gradcam_cli.outputs.legend import display_scale
 from gradcam_cli.outputs.records import ImageRecord
@@ -88,6 +89,18 @@ def clip_pictures(
         picture.record = replace(picture.record, clip=clip.index)
         pictures.append(picture)
     return pictures
+
+
+def volume_picture(writer: ResultWriter, path: Path, whole: WholeVolume, cams: CamBatch, row: int, picture: Path) -> FramePicture:
+    """A volume a 3-D model read whole: its class, and its map (D, H, W) brought back to the scan's own shape."""
+    if not bool(cams.finite[row]):
+        return FramePicture(writer.error_record(path, f"{path}: the model's scores or gradients are not finite (NaN or inf)"), whole.image)
+    probabilities = image_probabilities(cams.logits[row], writer.kind)
+    k = cams.ranks(row)[0]
+    target = target_record(cams, row, k, probabilities, writer.class_names, overlay=str(picture))
+    record = image_record(str(path), whole.image, [target], probabilities, writer.class_names, writer.context)
+    cam = resize(cams.maps[row, k].float(), tuple(whole.scan.shape)).numpy()
+    return FramePicture(replace(record, width=None, height=None), whole.image, shown=cam)
 
 
 def _class_frame(

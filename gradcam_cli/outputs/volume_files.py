@@ -177,10 +177,19 @@ class SliceMaps:
 
     def finish(self) -> Peak:
         cam = from_plane_slices(self.stack, self.volume.affine, self.plane, self.volume.data.shape)
-        write_map_nifti(self.nifti, cam, self.volume)
-        drawn = montage(self.volume, cam, self.scan, self.colormap, self.alpha)
-        write_atomic(self.picture, self.stamped(encode_png(drawn.rgb)))  # last: its stamp stands for the NIfTI beside it
-        return drawn.peak
+        return write_map_volume(self.nifti, self.picture, self.volume, cam, self.scan, self.stamped, self.colormap, self.alpha)
 
     def abort(self) -> None:
         """Nothing is written before `finish`: nothing to remove."""
+
+
+def write_map_volume(
+    nifti: Path, picture: Path, volume: Volume, cam: np.ndarray, scan: np.ndarray, stamped: Callable[[bytes], bytes],
+    colormap: Colormap = Colormap.jet, alpha: float = 0.5,
+) -> Peak:  # fmt: skip
+    """A volume's map written: NIfTI with the scan's affine and header, then the montage through its peak, stamped (last:
+    its stamp stands for the NIfTI beside it)."""
+    write_map_nifti(nifti, cam, volume)
+    drawn = montage(volume, cam, scan, colormap, alpha)
+    write_atomic(picture, stamped(encode_png(drawn.rgb)))
+    return drawn.peak

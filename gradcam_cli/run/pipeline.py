@@ -36,9 +36,12 @@ from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.resume import existing_outputs
 from gradcam_cli.run.summary import Summary
 from gradcam_cli.run.workers import OrderedResults, default_workers, done, ordered_map
-from gradcam_cli.run.sequences import PictureDone, RunShape, SequenceRuns, explained_pictures, failed_pictures, model_input
+from gradcam_cli.run.sequences import PictureDone, RunShape, SequenceKind, SequenceRuns, explained_pictures, failed_pictures, model_input
 from gradcam_cli.run.slices_kind import SlicesKind
 from gradcam_cli.run.video_kind import VideoKind
+from gradcam_cli.run.volume_kind import VolumeKind
+from gradcam_cli.inputs.volume_slices import WholeVolume
+from gradcam_cli.model.blocks import input_channels_3d
 from gradcam_cli.inputs.video import Clip, FramePick
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.option_table import as_flag, in_flags
@@ -108,7 +111,11 @@ class Explainer:
         shape = RunShape(self.settings, several_maps=several, one_map=classes is not None, clip_length=length)
         clip = (length, inputs.clip_stride or length) if length is not None else None
         video = VideoKind(self.writer, FramePick(inputs.every, inputs.fps), self.settings.outputs.smooth, clip)
-        kinds = (video, SlicesKind(self.writer, inputs.slices, inputs.window))
+        if inputs.slices is not None:  # a 2-D model slice by slice, else the volume whole to a 3-D model
+            volumes: SequenceKind = SlicesKind(self.writer, inputs.slices, inputs.window)
+        else:
+            volumes = VolumeKind(self.writer, inputs.window, input_channels_3d(self.model))
+        kinds = (video, volumes)
         return SequenceRuns(kinds, shape, self.writer)
 
     @property
@@ -216,7 +223,7 @@ class Explainer:
         if item.error or item.end is not None or item.skipped:
             return item
         config = self.prepared.loaded.data_config
-        if config.clip_length is not None and not isinstance(item.frame, Clip):
+        if config.clip_length is not None and not isinstance(item.frame, (Clip, WholeVolume)):
             item.error = f"{source.path}: the model takes clips of {config.clip_length} frames (N×3×T×H×W): give it videos"
             return item
         try:

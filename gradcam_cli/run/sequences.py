@@ -23,9 +23,10 @@ import numpy as np
 from gradcam_cli.errors import InputError
 from gradcam_cli.geometry import to_input_array
 from gradcam_cli.inputs.video import Clip, Frame
+from gradcam_cli.inputs.volume_slices import WholeVolume
 from gradcam_cli.maps import CamBatch
 from gradcam_cli.model.data_config import DataConfig
-from gradcam_cli.outputs.frame_files import at_frame, clip_pictures, frame_picture
+from gradcam_cli.outputs.frame_files import at_frame, clip_pictures, frame_picture, volume_picture
 from gradcam_cli.option_table import as_flag, in_flags
 from gradcam_cli.outputs.records import ImageRecord
 from gradcam_cli.outputs.video_files import FramePicture, MapSmoother
@@ -47,7 +48,7 @@ class Sink(Protocol):
 class Opened(Protocol):
     """One input of a kind, opened: its pictures one at a time; closed when they are done."""
 
-    def frames(self) -> Iterator[Frame | Clip]: ...
+    def frames(self) -> Iterator[Frame | Clip | WholeVolume]: ...
 
     def __enter__(self) -> Opened: ...
 
@@ -200,6 +201,8 @@ def model_input(item: Item, config: DataConfig) -> np.ndarray:
     """What the model reads of an item: an image's or a frame's (3, H, W), a clip's (3, T, H, W), each frame prepared
     as an image and stacked along time."""
     assert item.image is not None and item.geometry is not None
+    if isinstance(item.frame, WholeVolume):
+        return item.frame.model_array(config.input_size, config.mean, config.std)
     if isinstance(item.frame, Clip):
         return np.stack([to_input_array(frame.image, item.geometry, config) for frame in item.frame.frames], axis=1)
     return to_input_array(item.image, item.geometry, config)
@@ -211,12 +214,16 @@ def explained_pictures(writer: ResultWriter, item: Item, cams: CamBatch, row: in
     assert geometry is not None
     if isinstance(item.frame, Clip):
         return PictureDone(job, clip_pictures(writer, path, item.frame, geometry, cams, row, job.output, job.raw))
+    if isinstance(item.frame, WholeVolume):
+        return PictureDone(job, [volume_picture(writer, path, item.frame, cams, row, job.output)])
     return PictureDone(job, [frame_picture(writer, path, item.frame, geometry, cams, row, item.base, job.output, job.raw)])
 
 
 def failed_pictures(item: Item, record: ImageRecord) -> PictureDone:
     """A picture that failed goes back to its input's output all the same, shown without a map, so a video keeps its
     length; a clip's, as each frame it shows."""
+    if isinstance(item.frame, WholeVolume):
+        return PictureDone(item.sequence, [FramePicture(record, item.frame.image)])
     frames = [item.frame.frames[t] for t in item.frame.shown] if isinstance(item.frame, Clip) else [item.frame]
     return PictureDone(item.sequence, [FramePicture(at_frame(record, frame), frame.image) for frame in frames])
 

@@ -23,6 +23,17 @@ from gradcam_cli.vocab import Plane
 NIFTI_OUT = ".nii.gz"
 
 
+def volume_outputs(writer: ResultWriter, item: Item) -> list[Path]:
+    """A volume's map `NAME.METHOD.nii.gz`, and its montage `NAME.METHOD.png` (the picture an image would have)."""
+    picture = writer.namer.paths(item.base, None, False)[0]
+    return [picture.with_name(picture.name.removesuffix(".png") + NIFTI_OUT), picture]
+
+
+def volume_complete(outputs: list[Path]) -> bool:
+    """The map there and its montage whole (the montage written last)."""
+    return outputs[0].is_file() and is_complete(outputs[-1])
+
+
 class SliceSink:
     """A volume's slice maps into its map volume."""
 
@@ -66,11 +77,10 @@ class SlicesKind:
         return None
 
     def outputs(self, item: Item) -> list[Path]:
-        picture = self.writer.namer.paths(item.base, None, False)[0]
-        return [picture.with_name(picture.name.removesuffix(".png") + NIFTI_OUT), picture]
+        return volume_outputs(self.writer, item)
 
     def complete(self, outputs: list[Path]) -> bool:
-        return outputs[0].is_file() and is_complete(outputs[-1])
+        return volume_complete(outputs)
 
     def open(self, item: Item, outputs: list[Path]) -> tuple[Opened, SequenceJob]:
         assert self.plane is not None

@@ -22,7 +22,8 @@ from gradcam_cli.cams.methods import CamMethod
 from gradcam_cli.cams.segments import DEFAULT_MIN_AREA, SegmentTargets
 from gradcam_cli.cams.targets import TargetChoice, Targets, parse_class, target_choice
 from gradcam_cli.errors import UsageError
-from gradcam_cli.layers.defaults import default_layer_paths, segmenter_layer_paths, tower_layer_paths
+from gradcam_cli.layers.defaults import clip_layer_paths, default_layer_paths, segmenter_layer_paths, tower_layer_paths
+from gradcam_cli.model.blocks import input_channels_3d
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.segmenters import is_background
 from gradcam_cli.settings import ExplainSettings
@@ -221,6 +222,8 @@ class MatchTask:
 def _scoring_layers(loaded: LoadedModel) -> list[str]:
     """A classifier's (or a similarity's) default layers: a CLIP-style model's in its image tower, else the model's."""
     input_hw = loaded.data_config.input_hw
+    if loaded.data_config.clip_length is not None:  # a model that takes clips or volumes: probed at (C, T, H, W)
+        return clip_layer_paths(loaded.model, (input_channels_3d(loaded.model), *loaded.data_config.input_size))
     if loaded.towers is not None:
         return tower_layer_paths(loaded.model, loaded.towers.image_tower(loaded.model), input_hw)
     return default_layer_paths(loaded.model, loaded.arch, loaded.source, input_hw=input_hw)
