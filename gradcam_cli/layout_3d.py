@@ -59,7 +59,15 @@ class Layout3d:
 
 
 def channels_dim_hint_3d(module: nn.Module) -> int | None:
-    """Module types that fix where a clip layer's channels are, whatever the shape says."""
+    """Module types that fix where a clip layer's channels are, whatever the shape says; a container (a stage, a
+    block) by the last of its modules that says (a 3-D CNN's stage ends in a Conv3d, a norm or a pool)."""
+    own = _own_hint_3d(module)
+    if own is not None:
+        return own
+    return next((hint for child in reversed(list(module.modules())[1:]) if (hint := _own_hint_3d(child)) is not None), None)
+
+
+def _own_hint_3d(module: nn.Module) -> int | None:
     name = type(module).__name__
     if isinstance(module, (nn.Conv3d, nn.BatchNorm3d, nn.MaxPool3d, nn.AvgPool3d, nn.GroupNorm)):
         return 1

@@ -3,11 +3,12 @@ montage, one record; the model's input its ⟨input_size⟩ DxHxW; what a 3-D ru
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from conftest import require, write_image
+from conftest import EXAMPLES, require, write_image
 
 nibabel = require("nibabel")
 
@@ -88,3 +89,23 @@ def test_a_volume_for_a_2d_model_without_slices_says_both_ways(run_cli, tmp_path
         "ct.nii.gz: a volume: give --slices (axial, coronal or sagittal) to explain it slice by slice with a 2-D model, "
         "or a 3-D model's --input-size DxHxW"
     )
+
+
+def test_the_readme_phantom_puts_its_map_on_the_lesion(run_cli, tmp_path, in_test_folder) -> None:
+    """examples/phantom.py as the README runs it: the map volume lies on the lesion, in the scan's own space."""
+    sys.path.insert(0, str(EXAMPLES))
+    import phantom
+
+    hu, affine = phantom.phantom()
+    nibabel.save(nibabel.Nifti1Image(hu, affine), "phantom.nii.gz")
+    model = f"{EXAMPLES / 'phantom.py'}:build"
+    args = ("--input-size", "32x96x96", "--window", "40,400", "--mean", "0", "--std", "1", "--method", "hirescam")
+    result = run_cli("explain", "phantom.nii.gz", "--model", model, *args, "-o", tmp_path / "out", "--json")
+    assert result.code == 0, result.stderr
+    written = nibabel.load(str(tmp_path / "out" / "phantom.nii.gz.hirescam.nii.gz"))
+    np.testing.assert_allclose(written.affine, affine, atol=1e-6)
+    cam = np.asarray(written.dataobj)
+    x, y, z = np.meshgrid(*(np.arange(n) for n in cam.shape), indexing="ij")
+    mm = sum(((axis - c) * s) ** 2 for axis, c, s in zip((x, y, z), phantom.LESION, phantom.SPACING))
+    near = mm <= (phantom.LESION_RADIUS_MM + 2 * max(phantom.SPACING)) ** 2  # the lesion and one map voxel around it
+    assert cam[near].sum() / cam.sum() > 0.95

@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from gradcam_cli.errors import UsageError
-from gradcam_cli.model.blocks import every_kth
 from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD, PIL_RESAMPLE, DataConfig
 from gradcam_cli.model.hf_towers import LOCATION, HfTowers
-from gradcam_cli.model.towers import block_norms
+from gradcam_cli.model.towers import tower_stages
 
 from torch import nn
 
@@ -150,9 +149,9 @@ class HuggingFaceHub:
         towers = HfTowers().accepts(model)
         if towers or self.num_prefix_tokens(model, arch) is not None:
             norms = [] if towers else [name for name, _ in model.named_modules() if name.endswith(".layernorm_before")]
-            norms = norms or block_norms(model, HfTowers().image_tower(model) if towers else "")
-            if norms:
-                return [norms[i] for i in every_kth(len(norms))]
+            stages = tower_stages(model, HfTowers().image_tower(model) if towers else "", norms)
+            if stages:
+                return stages
         return _stages(model) or None
 
     def num_prefix_tokens(self, model: nn.Module, arch: str) -> int | None:

@@ -19,11 +19,10 @@ from typing import Any
 from torch import nn
 
 from gradcam_cli.errors import UsageError
-from gradcam_cli.model.blocks import every_kth
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.model.messages import short
 from gradcam_cli.model.open_clip_towers import OpenClipTowers
-from gradcam_cli.model.towers import block_norms
+from gradcam_cli.model.towers import tower_stages
 
 PREFIX = "open_clip:"
 HUB_PREFIX = "hf-hub:"  # open_clip's own spelling of a model on the Hugging Face Hub, its weights with it
@@ -122,9 +121,9 @@ class OpenClipHub:
         """A transformer tower's blocks (every k-th block's first norm), else a ResNet tower's four stages."""
         if not OpenClipTowers().accepts(model):
             return None
-        norms = block_norms(model, "visual")
-        if norms:
-            return [norms[i] for i in every_kth(len(norms))]
+        stages = tower_stages(model, "visual")
+        if stages:
+            return stages
         stages = [f"visual.layer{i}" for i in range(1, 5) if hasattr(model.get_submodule("visual"), f"layer{i}")]
         return stages or None
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from gradcam_cli.model.blocks import is_norm
+from gradcam_cli.model.blocks import every_kth, is_norm
 from gradcam_cli.model.hf_towers import HfTowers
 from gradcam_cli.model.open_clip_towers import OpenClipTowers
 
@@ -95,6 +95,13 @@ def _similarity_forward(self: nn.Module, x: torch.Tensor, *args: Any, **kwargs: 
 
 
 ATTENTION = ("Attention", "MultiheadAttention")  # the class names of an attention module (torch's, timm's, transformers')
+
+
+def tower_stages(model: nn.Module, tower: str, norms: list[str] | None = None) -> list[str]:
+    """The stages compare lays out of a transformer tower: every k-th of its blocks' first norms (`norms`, else
+    block_norms'), [] for a tower without attention blocks."""
+    norms = norms or block_norms(model, tower)
+    return [norms[i] for i in every_kth(len(norms))] if norms else []
 
 
 def block_norms(model: nn.Module, tower: str) -> list[str]:
