@@ -195,7 +195,7 @@ def test_videos_come_on_stdin_too(run_cli, clip, tmp_path) -> None:
     video, _, _ = clip
     result = run_cli("explain", "-", *EXAMPLE_MODEL, "-o", tmp_path / "out", "--json", "--every", 6, stdin=f"{video}\n")
     assert result.code == 0 and [r["frame"] for r in result.records()] == [0, 6]
-    assert "explained 2 of 2 video frames" in result.stderr
+    assert "explained 2 of 2 video frames" in result.stderr  # what the records count, said
 
 
 def test_a_detectors_video_draws_each_frames_boxes_over_their_maps(run_cli, tmp_path, in_test_folder) -> None:
@@ -246,3 +246,12 @@ def test_a_stop_in_the_middle_of_a_video_leaves_no_video_under_its_name(tmp_path
     assert process.returncode == 130
     assert 3 <= len(records) < 240 and all(r["ok"] for r in records)
     assert not list(out.rglob("*.mp4")) and not [p for p in out.rglob("*") if p.name.startswith(".gradcam-tmp")]
+
+
+def test_a_terminal_line_says_where_in_its_input_a_frame_or_slice_is() -> None:
+    from gradcam_cli.cli.console import human_line
+    from gradcam_cli.outputs.records import ImageRecord
+
+    frame = ImageRecord(input="clip.mp4", ok=True, frame=12, time=0.5, outputs=["out/clip.mp4.gradcam.mp4"])
+    assert human_line(frame).startswith("✓ clip.mp4 frame 12 (0.50 s) → out/clip.mp4.gradcam.mp4")
+    assert human_line(ImageRecord(input="ct.nii.gz", ok=True, slice=7, outputs=["m.png"])).startswith("✓ ct.nii.gz slice 7 → m.png")

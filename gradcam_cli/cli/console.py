@@ -80,7 +80,17 @@ def human_line(record: Any) -> str:
         error = record.error or "failed"
         return f"✗ {error}" if names_input(error, record.input) else f"✗ {record.input}: {error}"
     truth = f"  (wrong: it is {record.true_class})" if record.correct is False else ""
-    return f"✓ {record.input} → {', '.join(record.outputs) or 'no map'}  {_explained(record)}{truth}{_blank_note(record)}"
+    where = f"{record.input}{_within(record)}"
+    return f"✓ {where} → {', '.join(record.outputs) or 'no map'}  {_explained(record)}{truth}{_blank_note(record)}"
+
+
+def _within(record: Any) -> str:
+    """Where in its input a video's frame or a volume's slice is: ` frame 12 (0.50 s)`, ` slice 7`."""
+    if getattr(record, "frame", None) is not None:
+        return f" frame {record.frame} ({record.time or 0.0:.2f} s)"
+    if getattr(record, "slice", None) is not None:
+        return f" slice {record.slice}"
+    return ""
 
 
 def _explained(record: Any) -> str:

@@ -192,6 +192,17 @@ def _nothing_to_explain(scan: Scan, reporter: Reporter) -> int:
     return ExitCode.SOME_INPUTS_FAILED
 
 
+def _counted(summary: Any) -> str:
+    """What a run's records count: images, a video's frames, a volume's slices, or a mix (each part's number said)."""
+    parts = {"video frames": summary.frames, "slices": summary.slices}
+    if not any(parts.values()):
+        return "images"
+    for name, count in parts.items():
+        if count == summary.total:
+            return name
+    return "inputs (" + ", ".join(f"{count} {name}" for name, count in parts.items() if count) + ")"
+
+
 def _finish(summary: Any, settings: ExplainSettings, streams: Streams, quiet: bool) -> int:
     if summary.total == 0:
         streams.warn(NO_IMAGE_FOUND)
@@ -206,8 +217,7 @@ def _finish(summary: Any, settings: ExplainSettings, streams: Streams, quiet: bo
 
         shard = shard_of(settings)
         part = f" in {shard.describe()}" if shard else ""
-        frames = summary.frames
-        what = "images" if not frames else ("video frames" if frames == summary.total else f"images and video frames ({frames} frames)")
+        what = _counted(summary)
         streams.warn(
             f"explained {summary.done} of {summary.total} {what}{part}{skipped}{failed}{blank}{wrong}; "
             f"overlays in {settings.outputs.output_dir}/"

@@ -16,6 +16,7 @@ class Summary:
     correct: int = 0  # ground truth known and the model's top class is it
     wrong: int = 0
     frames: int = 0  # records of a video's frames among them
+    slices: int = 0  # records of a volume's slices among them
 
     @property
     def total(self) -> int:
@@ -23,6 +24,7 @@ class Summary:
 
     def count(self, record: ImageRecord) -> None:
         self.frames += record.frame is not None
+        self.slices += record.slice is not None
         if record.skipped:
             self.skipped += 1
         else:
