@@ -107,6 +107,8 @@ def test_every_and_fps_choose_the_frames_and_the_videos_rate(run_cli, clip, tmp_
     assert [r["frame"] for r in fps.records()] == [0, 3, 5, 8, 10]  # the first frame at or after each fifth of a second
     frames, rate, _ = read_video(overlay_of(tmp_path / "fps", video))
     assert len(frames) == 5 and rate == 5
+    half = run_cli("explain", video, *EXAMPLE_MODEL, "-o", tmp_path / "half", "--fps", 6, "--json")
+    assert [r["frame"] for r in half.records()] == [0, 2, 4, 6, 8, 10]  # a step on a frame's (rounded) time is that frame
     both = run_cli("explain", video, *EXAMPLE_MODEL, "-o", tmp_path / "both", "--fps", 5, "--every", 2)
     assert both.code == 2 and "--every and --fps both choose a video's frames; give one" in both.stderr
 

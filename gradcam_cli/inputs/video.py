@@ -26,7 +26,8 @@ from gradcam_cli.errors import InputError
 
 VIDEO_SUFFIXES = frozenset({".mp4", ".mov", ".avi", ".mkv", ".webm", ".m4v"})
 INSTALL = "pip install 'gradcam-cli[video]'"
-TIME_SLACK = 1e-6  # frame times are rounded to microseconds: a step is met within that
+TIME_SLACK = 1e-5  # seconds: frame times are rounded to microseconds, so a step is met within that
+STEP_SLACK = 1e-3  # in steps of 1/⟨fps⟩: a time on a step, rounded, still counts as on it (up to 1,000 frames a second)
 FALLBACK_RATE = Fraction(25)  # a stream that states no rate (rare: some AVI and MKV files) is read at PAL's 25 frames/s
 
 
@@ -87,7 +88,7 @@ class FramePick:
         def chosen(_index: int, time: float) -> bool:
             if time < due[0] - TIME_SLACK:
                 return False
-            due[0] = (math.floor(time * fps + TIME_SLACK) + 1) / fps
+            due[0] = (math.floor(time * fps + STEP_SLACK) + 1) / fps
             return True
 
         return chosen
