@@ -55,7 +55,7 @@ class SliceSink:
 class SlicesKind:
     """`.nii`, `.nii.gz` files and folders of one DICOM series: `NAME.METHOD.nii.gz` and the montage `NAME.METHOD.png`."""
 
-    def __init__(self, writer: ResultWriter, plane: Plane | None, window: Window | None) -> None:
+    def __init__(self, writer: ResultWriter, plane: Plane, window: Window | None) -> None:
         self.writer, self.plane, self.window = writer, plane, window
 
     def accepts(self, path: Path) -> bool:
@@ -66,8 +66,6 @@ class SlicesKind:
         inputs, outputs = run.settings.inputs, run.settings.outputs
         if run.clip_length is not None:
             return "the model takes clips of video frames; a volume needs a 2-D model slice by slice (⟨slices⟩)"
-        if self.plane is None:
-            return "a volume: give ⟨slices⟩ (axial, coronal or sagittal) to explain it slice by slice with a 2-D model"
         if not run.one_map or run.several_maps:
             return "⟨slices⟩ stacks one map a slice: explain one class of a classifier (the top one, or one ⟨classes⟩)"
         if inputs.every != 1 or inputs.fps is not None:
@@ -83,7 +81,6 @@ class SlicesKind:
         return volume_complete(outputs)
 
     def open(self, item: Item, outputs: list[Path]) -> tuple[Opened, SequenceJob]:
-        assert self.plane is not None
         opened = VolumeSlices(item.source.path, self.plane, self.window)
         writer = self.writer
         nifti, montage = outputs
