@@ -21,6 +21,7 @@ from gradcam_cli.report.legend import legends
 from gradcam_cli.report.page import write_page
 from gradcam_cli.report.segments import segment_table
 from gradcam_cli.report.thumbs import Crop, Fit, Thumb, make_crop_thumbs, make_thumbs
+from gradcam_cli.report.videos import sequence_cards, strip_notes
 
 REPORT_FOLDER = "report"
 Place = tuple[Path | None, Path | None, Crop | None]  # a card's photo, its overlay, and the box cut from both (None: whole)
@@ -33,7 +34,9 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
     report_dir = output_dir / REPORT_FOLDER
     locate = locator(collected.bases)
     cards, places, replaced = [], [], 0
-    for record in collected.records:
+    workers = workers or min(8, os.cpu_count() or 1)
+    images, sequences = sequence_cards(collected.records, locate, report_dir, collected.writers, workers)
+    for record in images:
         for card in record_cards(record):
             written, picture = card["_overlay"], card.get("_picture")
             photo, overlay, crop = place_files(card, locate, report_dir)
@@ -47,12 +50,14 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
             places.append((photo, overlay, crop))
     if replaced:
         warn(f"{replaced} card(s) show no map: a later run with other settings wrote over their pictures (its cards show them)")
-    workers = workers or min(8, os.cpu_count() or 1)
     _thumbnails(report_dir, cards, places, workers)
+    cards += sequences
+    for note in strip_notes(sequences):
+        warn(note)
     lost = _references(report_dir, cards, locate, workers)
     if lost:
         warn(f"{lost} reference image(s) are not where the records say; their cards name them without a picture")
-    missing = sum(1 for card in cards if card["ok"] and not card["thumb"] and not card["overlay_thumb"] and not card.get("replaced"))
+    missing = sum(1 for card in cards if card["ok"] and not card["thumb"] and not card["overlay_thumb"] and not _said(card))
     if missing:
         warn(f"{missing} card(s) have no picture: their files are not where the records say (run the report where the run ran)")
     for number, card in enumerate(cards):
@@ -61,6 +66,11 @@ def build_report(output_dir: Path, record_paths: Iterable[Path] = (), warn: Warn
     data["header"]["legend"] = legends(collected.records, collected.runs)
     data["header"]["segmentation"] = segment_table(collected.records)  # from the records: the overlap is per image, not per card
     return write_page(report_dir, data)
+
+
+def _said(card: dict[str, Any]) -> bool:
+    """A card that already says why it shows no picture: a later run wrote over it, a video's strip could not be cut."""
+    return bool(card.get("replaced") or card.get("strip_note"))
 
 
 def _thumbnails(report_dir: Path, cards: list[dict[str, Any]], places: list[Place], workers: int) -> None:

@@ -154,12 +154,23 @@ def header(cards: list[dict[str, Any]], runs: list[dict[str, Any]], generated: s
             "with_truth": len({card["input"] for card in cards if card["true_class"] is not None}),
             "correct": sum(1 for value in judged.values() if value),
             "wrong": sum(1 for value in judged.values() if not value),
+            **_sequences(cards),
         },
         "has_truth": bool(judged),
         "metrics": metrics,
         "detection": class_table(cards),
         "scores": score_table(cards),
     }
+
+
+def _sequences(cards: list[dict[str, Any]]) -> dict[str, int]:
+    """Where there are videos or volumes: how many, and the frames and slices they explain (one card each, so
+    `images` counts each once)."""
+    videos = [card["count"] for card in cards if card["kind"] == "video"]
+    volumes = [card["count"] for card in cards if card["kind"] == "volume"]
+    if not videos and not volumes:
+        return {}
+    return {"videos": len(videos), "frames": sum(videos), "volumes": len(volumes), "slices": sum(volumes)}
 
 
 def _run(run: dict[str, Any]) -> dict[str, Any]:

@@ -148,6 +148,11 @@ RECORD = shaped(
         "overlap": optional(list_of(OVERLAP)),
         "prompts": TEXTS,  # the texts a CLIP-style model scored the image against
         "references": TEXTS,  # an embedding model's reference images, as the run was given them
+        "frame": WHOLE,  # a video's frame: its index among all the video's frames (report/videos.py)
+        "time": NUMBER,  # its time in seconds
+        "clip": WHOLE,  # a video classifier's clip that frame's map and class come from
+        "slice": WHOLE,  # a volume's slice: its index in the plane's stack
+        "intensity": TEXT,  # how the volume's intensities were scaled
     },
     required=("input", "ok"),
 )

@@ -1,4 +1,4 @@
-"""The records of one or several runs read and merged: one per input, the latest that explained it.
+"""The records of one or several runs read and merged: one per input (video frame, volume slice), the latest that explained it.
 
 A folder's `records.jsonl` (and any `records*.jsonl` beside it: one per
 shard) and the files named on the command line (stdout kept with `>`) are
@@ -81,12 +81,14 @@ def read_records(path: Path, warn: Warn) -> list[dict[str, Any]]:
 def merge(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per input, model, method and detection or region (an evaluation's map sets are cards of their own,
     and a detector's evaluation has a record per detection, a segmenter's one per region, a similarity's one per prompt:
-    an evaluation's unit is also its class), in the order they first appear: the latest, except that a skipped record
-    (its outputs were there) never replaces one that says what they show."""
-    merged: dict[tuple[str, Any, Any, Any, Any, Any], dict[str, Any]] = {}
+    an evaluation's unit is also its class; a video's frame and a volume's slice are units too, made one card each by
+    report/videos.py), in the order they first appear: the latest, except that a skipped record (its outputs were there)
+    never replaces one that says what they show."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for record in records:
         unit = record.get("class_index") if "baseline" in record else None  # only an evaluation's record says `baseline`
-        key = (record["input"], record.get("model"), record.get("method"), record.get("detection"), record.get("segment"), unit)
+        key = (record["input"], record.get("model"), record.get("method"), record.get("detection"), record.get("segment"), unit,
+               record.get("frame"), record.get("slice"))  # fmt: skip
         earlier = merged.get(key)
         if earlier is not None and record.get("skipped") and not earlier.get("skipped"):
             continue

@@ -4,7 +4,7 @@ Browsers refuse `fetch()` of a local JSON file and ES modules from file://, so
 the data is `data.js`, one assignment to `window.GRADCAM_REPORT`, loaded by a
 classic <script> before `app.js` (and `segments.js`, a segmenter's cards and
 table, and `scores.js`, the cards and table of prompts, references and
-regression outputs, which app.js calls). The shape of that object is `REPORT_SCHEMA` below;
+regression outputs, and `videos.js`, a video's and a volume's cards, which app.js calls). The shape of that object is `REPORT_SCHEMA` below;
 the scripts read nothing else.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 from gradcam_cli.outputs.files import write_atomic
 
-ASSETS = ("index.html", "app.js", "segments.js", "scores.js", "style.css")
+ASSETS = ("index.html", "app.js", "segments.js", "scores.js", "videos.js", "style.css")
 
 REPORT_SCHEMA = """
 window.GRADCAM_REPORT = {
@@ -37,7 +37,8 @@ window.GRADCAM_REPORT = {
       runs: [1, 2],                              // the runs (numbered from 1 as listed) drawn with it; [] for all
     }],
     models: ["resnet50"], methods: ["gradcam"], layers: ["layer4"],   // distinct values over the cards
-    counts: {images, cards, failed, blank, skipped, with_truth, correct, wrong},
+    counts: {images, cards, failed, blank, skipped, with_truth, correct, wrong,  // images: distinct inputs (a video once)
+             videos, frames, volumes, slices},   // only with videos or volumes: their cards; the frames, slices explained
     has_truth: bool,                             // some card has a true class: the page opens on the wrong ones
     metrics: ["deletion_auc", ...],              // names of the numeric card metrics present (sortable), maybe []
     detection: null | {                          // a detector's cards are here (report/detections.py): the table per class
@@ -68,9 +69,11 @@ window.GRADCAM_REPORT = {
               mean: 27.3|null, min: 25.1|null, max: 29.0|null}],  // its scores; the most best matches first, then the mean
     },
   },
-  cards: [{                                      // one per (image, explained class); a failed image: one card, ok false
+  cards: [{                                      // one per (image, explained class); a failed image: one card, ok false;
+                                                 // a video, a volume: one card for all its frames, slices (report/videos.py)
     id: 0,                                       // position, stable
-    kind: "image"|"detection"|"missed"|"empty"|"segment",  // a classifier's card; a detector's: one per kept detection, one
+    kind: "image"|"detection"|"missed"|"empty"|"segment"|"video"|"volume",  // a classifier's card; a detector's: one per kept
+                                                 // detection, one
                                                  // per missed object, one for an image with neither ("empty": its whole
                                                  // picture); a segmenter's: one per region ("segment")
     input: "val/cat/1.jpg", name: "1.jpg",       // the input as the run named it; its file name (search)
@@ -114,6 +117,19 @@ window.GRADCAM_REPORT = {
     references: [{input: "ref.png", name: "ref.png",  // a reference's: each reference image as the run was given it,
                   original: "../../ref.png"|null,  // linked relative to the report folder (null: not found),
                   thumb: "thumbs/x.jpg"|null, thumb_w: 256, thumb_h: 192}],  // its thumbnail
+    // a video's and a volume's card ("video", "volume"): the class most of its frames (slices) explain, probability,
+    // topk and margin its most confident frame's (slice's), predicted the top-1 most of them have, correct that top-1's
+    count: 12, best: 7,                          // its explained frames (slices); the most confident one's frame (slice) index
+    classes: [{class_name, class_index, count}], // the explained classes over its frames (slices), the most frequent first
+    original: "../../clip.mp4", overlay: "../clip.mp4.gradcam.mp4"|null,  // the input; its overlay video (a volume: montage)
+    overlay_thumb: "thumbs/x.jpg"|null,          // the best key frame's thumbnail (a volume: the montage's); thumb: null
+    strip: [{position: 7, frame: 7, time: 0.58, clip: null|2,  // a video's key frames: its place in the overlay video,
+             class_name, class_index, probability,            // its frame index and time; its explained class
+             best: true, change: false,                       // the most confident frame; the class changes here
+             thumb: "thumbs/x.jpg"|null, thumb_w: 192, thumb_h: 144}],
+    strip_note: null|"no key frames: PyAV is not installed ...",  // why a video card has no strip, one line
+    duration: 0.92|null,                         // a video's last explained frame's time, in seconds
+    nifti: "../scan.nii.gz.gradcam.nii.gz"|null, intensity: "window 40,400"|null,  // a volume's map volume; its scaling
   }],
 }
 """

@@ -98,7 +98,7 @@ def make_thumb(report_dir: Path, source: Path, kind: str = "", box: Fit = None) 
     """The thumbnail of one picture (fitted into `box` when given), written unless a fresh one is there."""
     name = thumb_name(source, kind)
     try:
-        return _reused(report_dir, name, source, box) or _write(report_dir, name, _open(source), box)
+        return reused_thumb(report_dir, name, source, box) or write_thumb(report_dir, name, _open(source), box)
     except (InputError, OSError, ValueError, SyntaxError):  # a picture that cannot be read: none
         return None
 
@@ -107,7 +107,7 @@ def make_crops(report_dir: Path, source: Path, kind: str, crops: list[tuple[Crop
     """The thumbnails of boxes cut from one picture (each fitted into its size when given), in the order of `crops`;
     the picture decoded once, at full scale, and only when one of them is not fresh."""
     names = [thumb_name(source, kind + crop.key()) for crop, _ in crops]
-    thumbs = [_reused(report_dir, name, source, fit) for name, (_, fit) in zip(names, crops)]
+    thumbs = [reused_thumb(report_dir, name, source, fit) for name, (_, fit) in zip(names, crops)]
     if all(thumbs):
         return thumbs
     try:
@@ -118,13 +118,13 @@ def make_crops(report_dir: Path, source: Path, kind: str, crops: list[tuple[Crop
         region = crop_region(crop, image.size)
         if thumbs[number] is None and region is not None:
             try:
-                thumbs[number] = _write(report_dir, name, image.crop(region), fit)
+                thumbs[number] = write_thumb(report_dir, name, image.crop(region), fit)
             except (OSError, ValueError):
                 continue
     return thumbs
 
 
-def _reused(report_dir: Path, name: str, source: Path, box: Fit) -> Thumb | None:
+def reused_thumb(report_dir: Path, name: str, source: Path, box: Fit) -> Thumb | None:
     """The thumbnail already there when it is fresh and of the asked size."""
     target = report_dir / name
     try:
@@ -137,7 +137,7 @@ def _reused(report_dir: Path, name: str, source: Path, box: Fit) -> Thumb | None
     return None
 
 
-def _write(report_dir: Path, name: str, image: Image.Image, box: Fit) -> Thumb:
+def write_thumb(report_dir: Path, name: str, image: Image.Image, box: Fit) -> Thumb:
     """The picture made a thumbnail (fitted into `box`, letterboxed, when given) and written."""
     image.thumbnail(box or (THUMB_SIDE, THUMB_SIDE), Image.Resampling.LANCZOS)
     if box is not None and image.size != box:

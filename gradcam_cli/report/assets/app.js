@@ -174,12 +174,20 @@
   var SCO = H.scores && Array.isArray(H.scores.rows) && typeof window.GRADCAM_SCORES === "function"
     ? window.GRADCAM_SCORES({ table: H.scores, esc: esc, url: url, num: num, plural: plural, classKey: classKey, keyLabel: keyLabel, thumbHtml: thumbHtml, nameHtml: nameHtml, collator: collator, $: $ })
     : null;
+  // a video's or a volume's: one card for all its frames or slices (report/videos.py), drawn by videos.js
+  var SEQ = typeof window.GRADCAM_SEQUENCES === "function"
+    ? window.GRADCAM_SEQUENCES({ esc: esc, url: url, pct: pct, num: num, plural: plural, thumbHtml: thumbHtml, nameHtml: nameHtml })
+    : null;
+  var isSeq = new Array(N), videoCards = 0, volumeCards = 0;
   var isDet = new Array(N), isSeg = new Array(N), isSco = new Array(N), detKey = new Array(N), detErrors = 0, detJudged = 0;
   for (i = 0; i < N; i++) {
     c = cards[i];
     isDet[i] = c.kind === "detection" || c.kind === "missed" || c.kind === "empty";
     isSeg[i] = !!SEG && c.kind === "segment";
-    isSco[i] = !!SCO && !isDet[i] && !isSeg[i] && SCO.is(c);
+    isSeq[i] = !!SEQ && SEQ.is(c);
+    if (c.kind === "video") videoCards++;
+    if (c.kind === "volume") volumeCards++;
+    isSco[i] = !!SCO && !isDet[i] && !isSeg[i] && !isSeq[i] && SCO.is(c);
     detKey[i] = isDet[i] || isSeg[i] || isSco[i] ? classKey(c.class_name, c.class_index) : null; // #filter-class's key
     if (c.match === "fp" || c.match === "fn") detErrors++;
     if (c.match != null) detJudged++;
@@ -313,6 +321,8 @@
     var ct = tile("images", num(count("images", seenImage.size))) + tile("cards", num(count("cards", N)));
     ct += tile("failed", num(failed), "failed", failed ? " tile-bad" : "") + tile("blank", num(blank), "blank", blank ? " tile-warn" : "");
     if (counts.skipped != null) ct += tile("skipped", num(counts.skipped));
+    if (videoCards) ct += tile("videos", num(videoCards)) + tile("frames explained", num(count("frames", 0)));
+    if (volumeCards) ct += tile("volumes", num(volumeCards)) + tile("slices explained", num(count("slices", 0)));
     if (hasTruth) {
       ct += tile("with true class", num(withTruth)) + tile("correct", num(correct), "correct", " tile-good") + tile("wrong", num(wrong), "wrong", wrong ? " tile-bad" : "");
       if (correct + wrong > 0) ct += tile("accuracy", ((100 * correct) / (correct + wrong)).toFixed(1) + "%");
@@ -356,6 +366,9 @@
     $("legend").hidden = !h;
   }
 
+  // a video (volume) counts once, by the top-1 most of its frames (slices) have, never once per frame
+  var perSequence = videoCards || volumeCards ? " (a " + (videoCards && volumeCards ? "video or volume" : videoCards ? "video" : "volume") + " once: the top-1 most of its " + (videoCards && volumeCards ? "frames or slices" : videoCards ? "frames" : "slices") + " have)" : "";
+
   // the classes table: the most wrong first (then the most images); a long list shows its first CLASS_ROWS rows
   var tableList = classList.slice().sort(function (a, b) {
     return b.wrong - a.wrong || b.pred + b.truth - (a.pred + a.truth) || collator.compare(a.key, b.key);
@@ -382,7 +395,7 @@
     h += "</tbody></table>";
     if (rows.length < tableList.length) h += '<p><button type="button" id="classes-more" class="more">show all ' + plural(tableList.length, "class") + "</button></p>";
     var order = hasTruth ? "the most wrong first" : "the most predicted first";
-    $("classes").innerHTML = '<p class="muted small">' + plural(tableList.length, "class") + ", counted per image, " + order + "; click a number to filter.</p>" + h;
+    $("classes").innerHTML = '<p class="muted small">' + plural(tableList.length, "class") + ", counted per image" + perSequence + ", " + order + "; click a number to filter.</p>" + h;
   }
 
   function renderConfusion() {
@@ -433,7 +446,7 @@
       h += "</tr>";
     });
     h += "</tbody></table></div>";
-    var note = "Rows: the true class; columns: the model's top-1; counted per image.";
+    var note = "Rows: the true class; columns: the model's top-1; counted per image" + perSequence + ".";
     if (folded) note += " " + matrixKeys.length + " classes: those of the most confused pairs, then those with the most errors; the others are folded into “other”.";
     $("confusion").innerHTML = '<p class="muted small">' + esc(note) + "</p>" + h;
 
@@ -650,6 +663,7 @@
     if (isDet[j]) return detectionCardHtml(j);
     if (isSeg[j]) return SEG.cardHtml(cards[j], j);
     if (isSco[j]) return SCO.cardHtml(cards[j], j);
+    if (isSeq[j]) return SEQ.cardHtml(cards[j], j);
     var c = cards[j];
     var explained = c.class_name != null && c.class_name !== "" ? String(c.class_name) : c.class_index != null ? String(c.class_index) : "";
     var correct = c.correct === true ? "true" : c.correct === false ? "false" : "";
