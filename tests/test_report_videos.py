@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import EXAMPLE_MODEL, EXAMPLES, call_cli, require
+from conftest import EXAMPLE_MODEL, EXAMPLES, CliResult, call_cli, require
 from test_report import read_data
 
 sys.path.insert(0, str(EXAMPLES))
@@ -151,19 +151,24 @@ def test_a_second_build_reuses_the_fresh_thumbnails(built: Built) -> None:
     assert read_data(built.out / "report")["cards"][0]["strip"] == built.cards("video")[0]["strip"]
 
 
-def test_without_pyav_the_report_builds_and_the_card_says_why_it_has_no_strip(built: Built, tmp_path: Path, monkeypatch) -> None:
+def test_without_pyav_the_report_builds_and_the_card_says_why_it_has_no_strip(built: Built, tmp_path: Path) -> None:
     root = tmp_path / "copy"
-    shutil.copytree(built.root, root, ignore=shutil.ignore_patterns("report"))
-    monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError, as without PyAV
-    with pytest.MonkeyPatch.context() as patch:
-        patch.chdir(root)
-        result = call_cli("report", "out")
+    result = without_pyav(built, root)
     assert result.code == 0, result.stderr
     assert "PyAV is not installed" in result.stderr
     data = read_data(root / "out" / "report")
     (card,) = [c for c in data["cards"] if c["kind"] == "video"]
     assert card["strip"] == [] and "PyAV is not installed" in card["strip_note"]
     assert card["overlay"] is not None and card["count"] == 2 * HALF  # still one card, the video still linked
+
+
+def without_pyav(built: Built, root: Path) -> CliResult:
+    """The runs' folder copied without its report, then `gradcam report` of it as if PyAV were not installed."""
+    shutil.copytree(built.root, root, ignore=shutil.ignore_patterns("report"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, "av", None)  # `import av` raises ImportError, as without PyAV
+        patch.chdir(root)
+        return call_cli("report", "out")
 
 
 def test_records_with_frames_and_slices_are_records_and_bad_ones_are_not() -> None:
@@ -226,13 +231,36 @@ def test_the_page_shows_the_video_card_its_strip_and_plays_the_overlay_video(bro
     )
     assert metadata.get("width") == 192 and metadata["duration"] == pytest.approx(2 * HALF / RATE, abs=0.1), metadata
     assert metadata["src"].startswith("file://") and metadata["src"].endswith("two%20shapes.mp4.gradcam.mp4")
+    played = page.evaluate(
+        """async () => { const v = document.querySelector('article.card-video video'); await v.play();
+            await new Promise(done => { const t = () => v.currentTime > 0.2 ? done() : setTimeout(t, 20); t(); });
+            v.pause(); return v.currentTime; }"""
+    )
+    assert played > 0.2  # it plays in place, from file://
     volume = page.locator("#cards article.card-volume")
     assert volume.count() == 1 and volume.get_attribute("data-slices") == "4"
     assert volume.locator("a.nifti").get_attribute("href").endswith("scan.nii.gz.gradcam.nii.gz")
+    counted = page.evaluate("() => [...document.querySelectorAll('#classes button[data-filter=predicted]')].map(b => b.textContent)")
+    assert counted == ["1", "1"]  # the video's top class and the volume's, each counted once, not once per frame or slice
+    assert "a video or volume once" in page.locator("#classes").inner_text()
     page.select_option("#filter-predicted", f"={card['predicted']}")  # the filters keep working on a video card
     assert page.locator("#cards article.card").count() == 1 and page.locator("#cards article.card-video").count() == 1
     if os.environ.get("GRADCAM_SCREENSHOT"):  # docs/report-video.jpg: GRADCAM_SCREENSHOT=docs/report-video.jpg
         page.click("#reset")
-        page.locator("#toolbar").scroll_into_view_if_needed()
-        page.screenshot(path=os.environ["GRADCAM_SCREENSHOT"], type="jpeg", quality=80, clip=page.locator("#cards").bounding_box())
+        page.evaluate("window.scrollTo(0, 0)")  # the page's own coordinates: the sticky toolbar stays at the top
+        box = page.locator("#cards").bounding_box()
+        page.screenshot(path=os.environ["GRADCAM_SCREENSHOT"], type="jpeg", quality=80, full_page=True, clip=box)
+    close(page, errors)
+
+
+@pytest.mark.slow
+def test_without_pyav_the_page_says_so_in_one_line_on_the_video_card(browser: Any, built: Built, tmp_path: Path) -> None:
+    from test_report_page import close, open_page
+
+    assert without_pyav(built, tmp_path / "copy").code == 0
+    page, errors = open_page(browser, tmp_path / "copy" / "out" / "report" / "index.html")
+    card = page.locator("#cards article.card-video")
+    assert card.locator(".strip").count() == 0 and card.locator("p.strip-note").count() == 1
+    assert card.locator("p.strip-note").inner_text() == "no key frames: PyAV is not installed (pip install 'gradcam-cli[video]')"
+    assert card.locator("video.overlay-video").count() == 1  # the video is still linked and in place
     close(page, errors)

@@ -74,7 +74,7 @@ window.GRADCAM_SEQUENCES = function (kit) {
       var poster = (c.strip || []).filter(function (k) { return k.best && k.thumb; })[0];
       h += '<video class="overlay-video" controls preload="metadata" muted playsinline src="' + esc(url(c.overlay)) + '"' + (poster ? ' poster="' + esc(url(poster.thumb)) + '"' : "") + "></video>";
     }
-    if (c.strip && c.strip.length) h += '<div class="strip" style="grid-template-columns:repeat(' + Math.min(4, c.strip.length) + ',1fr)">' + c.strip.map(keyHtml).join("") + "</div>";
+    if (c.strip && c.strip.length) h += '<div class="strip" style="grid-template-columns:repeat(' + (c.strip.length <= 4 ? c.strip.length : Math.ceil(c.strip.length / 2)) + ',1fr)">' + c.strip.map(keyHtml).join("") + "</div>";
     if (c.strip_note) h += '<p class="strip-note">' + esc(c.strip_note) + "</p>";
     h += '<div class="body">' + kit.nameHtml(c) + badges(c) + explainedLine(c, "frame");
     if (c.true_class != null && c.true_class !== "") h += '<div class="line"><span class="k">true</span> ' + esc(c.true_class) + "</div>";
