@@ -264,3 +264,29 @@ def test_without_pyav_the_page_says_so_in_one_line_on_the_video_card(browser: An
     assert card.locator("p.strip-note").inner_text() == "no key frames: PyAV is not installed (pip install 'gradcam-cli[video]')"
     assert card.locator("video.overlay-video").count() == 1  # the video is still linked and in place
     close(page, errors)
+
+
+def test_a_volume_explained_whole_by_a_3d_model_is_a_volume_card(tmp_path: Path, monkeypatch) -> None:
+    """One record of the whole volume (as explain writes it for a 3-D model: its intensity, no slice), its montage and
+    its NIfTI map beside it: a volume card that says so, not an image card of a .nii.gz."""
+    import json
+
+    from gradcam_cli.report.build import build_report
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "out").mkdir()
+    Image.new("RGB", (300, 120), (20, 40, 60)).save(tmp_path / "out" / "ct.nii.gz.hirescam.png")
+    (tmp_path / "out" / "ct.nii.gz.hirescam.nii.gz").write_bytes(b"map")
+    montage = "out/ct.nii.gz.hirescam.png"
+    record = {
+        "input": "ct.nii.gz", "ok": True, "model": "net", "method": "hirescam", "frame": None, "slice": None,
+        "intensity": "window 0,400", "class_index": 1, "class_name": "lesion", "probability": 0.9, "outputs": [montage],
+        "targets": [{"class_index": 1, "class_name": "lesion", "probability": 0.9, "overlay": montage}],
+    }  # fmt: skip
+    (tmp_path / "out" / "records.jsonl").write_text(json.dumps(record) + "\n")
+    data = read_data(build_report(tmp_path / "out").parent)
+    (card,) = data["cards"]
+    assert card["kind"] == "volume" and card["whole"] is True and card["intensity"] == "window 0,400"
+    assert card["nifti"] == "../ct.nii.gz.hirescam.nii.gz" and card["overlay"] == "../ct.nii.gz.hirescam.png"
+    assert card["overlay_thumb"] is not None and card["class_name"] == "lesion"
+    assert data["header"]["counts"]["volumes"] == 1 and data["header"]["counts"]["slices"] == 0

@@ -167,7 +167,7 @@ def _sequences(cards: list[dict[str, Any]]) -> dict[str, int]:
     """Where there are videos or volumes: how many, and the frames and slices they explain (one card each, so
     `images` counts each once)."""
     videos = [card["count"] for card in cards if card["kind"] == "video"]
-    volumes = [card["count"] for card in cards if card["kind"] == "volume"]
+    volumes = [0 if card.get("whole") else card["count"] for card in cards if card["kind"] == "volume"]
     if not videos and not volumes:
         return {}
     return {"videos": len(videos), "frames": sum(videos), "volumes": len(volumes), "slices": sum(volumes)}

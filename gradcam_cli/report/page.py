@@ -39,6 +39,7 @@ window.GRADCAM_REPORT = {
     models: ["resnet50"], methods: ["gradcam"], layers: ["layer4"],   // distinct values over the cards
     counts: {images, cards, failed, blank, skipped, with_truth, correct, wrong,  // images: distinct inputs (a video once)
              videos, frames, volumes, slices},   // only with videos or volumes: their cards; the frames, slices explained
+                                                 // (a volume through a 3-D model at once: no slice)
     has_truth: bool,                             // some card has a true class: the page opens on the wrong ones
     metrics: ["deletion_auc", ...],              // names of the numeric card metrics present (sortable), maybe []
     detection: null | {                          // a detector's cards are here (report/detections.py): the table per class
@@ -130,6 +131,7 @@ window.GRADCAM_REPORT = {
     strip_note: null|"no key frames: PyAV is not installed ...",  // why a video card has no strip, one line
     duration: 0.92|null,                         // a video's last explained frame's time, in seconds
     nifti: "../scan.nii.gz.gradcam.nii.gz"|null, intensity: "window 40,400"|null,  // a volume's map volume; its scaling
+    whole: true|false,                           // a volume's: one record of the whole volume (a 3-D model), no slices
   }],
 }
 """

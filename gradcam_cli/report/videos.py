@@ -34,7 +34,8 @@ Warn = Callable[[str], None]
 
 def split_sequences(records: Iterable[dict[str, Any]]) -> tuple[Group, dict[tuple[Any, ...], Group], dict[tuple[Any, ...], Group]]:
     """The records that are cards of their own, and the videos' and the volumes' records grouped by input, model and
-    method (a run of another model or method is a card of its own, as an image's is)."""
+    method (a run of another model or method is a card of its own, as an image's is). A volume is a record per slice
+    (--slices), or one record of the whole volume (a 3-D model: it says its intensity scaling, no slice)."""
     others: Group = []
     videos: dict[tuple[Any, ...], Group] = {}
     volumes: dict[tuple[Any, ...], Group] = {}
@@ -42,7 +43,7 @@ def split_sequences(records: Iterable[dict[str, Any]]) -> tuple[Group, dict[tupl
         key = (record["input"], record.get("model"), record.get("method"))
         if record.get("frame") is not None:
             videos.setdefault(key, []).append(record)
-        elif record.get("slice") is not None:
+        elif record.get("slice") is not None or (record.get("ok") and isinstance(record.get("intensity"), str)):
             volumes.setdefault(key, []).append(record)
         else:
             others.append(record)
@@ -173,8 +174,9 @@ def _strip_entry(frames: Group, position: int, thumb: Thumb | None, best: bool) 
 def volume_card(records: Group, locate: Locate, report_dir: Path, writers: Writers) -> tuple[dict[str, Any], Path | None]:
     """One volume's card: its montage, its slices' classes, how its intensities were scaled, its NIfTI map; returns
     the montage to make a thumbnail of."""
-    slices = sorted(records, key=lambda record: int(record["slice"]))
+    slices = sorted(records, key=lambda record: int(record.get("slice") or 0))
     card = _common(slices, "volume")
+    card["whole"] = all(record.get("slice") is None for record in slices)  # through a 3-D model at once: no slices
     written = (slices[0].get("outputs") or [None])[0]
     montage = locate(written)
     if montage is not None and not _ours(slices, montage, writers.get(str(written))):

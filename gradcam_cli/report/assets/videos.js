@@ -87,7 +87,9 @@ window.GRADCAM_SEQUENCES = function (kit) {
   function volumeHtml(c, j) {
     var h = '<article class="card card-volume"' + attrs(c, j, ' data-slices="' + esc(c.count) + '"') + ">";
     h += '<div class="thumbs thumbs-one">' + kit.thumbHtml(c.overlay_thumb, c.overlay, "overlay", c) + "</div>";
-    h += '<div class="body">' + kit.nameHtml(c) + badges(c) + explainedLine(c, "slice") + classesLine(c, "slice");
+    h += '<div class="body">' + kit.nameHtml(c) + badges(c);
+    if (c.whole) h += '<div class="line whole"><span class="k">explained</span> <b class="cls">' + esc(label(c.class_name, c.class_index)) + "</b> " + (c.probability != null ? '<span class="p">' + pct(c.probability) + "</span> " : "") + '<span class="muted">the whole volume at once</span></div>';
+    else h += explainedLine(c, "slice") + classesLine(c, "slice");
     if (c.intensity) h += '<div class="line intensity"><span class="k">intensity</span> ' + esc(c.intensity) + "</div>";
     h += meta(c) + links([["scan", c.original], ["montage", c.overlay], ["NIfTI map", c.nifti, "nifti"]]);
     return h + "</div></article>";
