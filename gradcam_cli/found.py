@@ -117,7 +117,7 @@ class Segment:
 
     class_index: int
     kind: str  # predicted (where the model says the class), box (⟨region⟩), mask (⟨mask⟩), truth, or missed
-    region: torch.Tensor  # (H, W) bool in the input's pixels
+    region: torch.Tensor  # (H, W) bool in the input's pixels; a 3-D segmenter's (D, H, W) in its voxels
     score: float  # the class's score summed over the region: what the map explains
     mean_probability: float  # the class's mean probability over the region
 
@@ -128,7 +128,7 @@ class Segments:
     a binary segmenter's background), and the image's true mask in the photo's pixels (-1 ignored) when given."""
 
     segments: list[Segment]
-    labels: torch.Tensor  # (H, W) int in the input's pixels
+    labels: torch.Tensor  # (H, W) int in the input's pixels; a 3-D segmenter's (D, H, W)
     truth: Any = None  # numpy (h, w) int in the photo's pixels, or None
 
     def __len__(self) -> int:

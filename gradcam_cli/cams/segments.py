@@ -10,7 +10,8 @@ its own prediction and its own truth, so one forward gives every region of the
 batch its score, and one backward per rank (the k-th region of every image at
 once) its map. The score is pytorch-grad-cam's
 `SemanticSegmentationTarget`: the class's logit at each pixel times the
-region, summed.
+region, summed. A 3-D segmenter's volume follows the same rule: its regions
+are masks of voxels (D, H, W), its ⟨min_area⟩ a share of the volume.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class SegmentTargets:
     """Which regions of each image the maps explain."""
 
     segmenter: Segmenter
-    input_hw: tuple[int, int]
+    input_hw: tuple[int, ...]  # (H, W); a 3-D segmenter's (D, H, W): its regions are masks of voxels
     classes: tuple[int, ...] = ()  # ⟨classes⟩: only these (even below ⟨min_area⟩); empty: every class present
     min_area: float = DEFAULT_MIN_AREA
     unasked: tuple[int, ...] = ()  # classes explained only when asked for (a background)

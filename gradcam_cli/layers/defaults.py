@@ -9,6 +9,8 @@ that reads a class token (layers/reach.py).
 
 from __future__ import annotations
 
+import math
+
 from typing import TYPE_CHECKING
 
 from gradcam_cli.errors import LayerError
@@ -103,11 +105,11 @@ def tower_layer_paths(model: nn.Module, tower: str, input_hw: tuple[int, int]) -
     return [f"{tower}.{path}" for path in inner]
 
 
-def segmenter_layer_paths(model: nn.Module, input_hw: tuple[int, int], classes: int) -> list[str]:
+def segmenter_layer_paths(model: nn.Module, input_size: tuple[int, ...], classes: int, channels: int = 3) -> list[str]:
     """A segmenter's default layer: its family's (model/segmenters.known_layers), else its deepest feature map (the smallest map, the
     outermost module finishing it last, the encoder's bottleneck), as Seg-Grad-CAM explains a U-Net; the score maps
     themselves (as many channels as classes) do not count, unless every map has that many (then the last module, the
-    head, alone is left out)."""
+    head, alone is left out). `input_size` (H, W), or a 3-D segmenter's (D, H, W), probed with `channels` channels."""
     from gradcam_cli.layers.tree import is_spatial, probe_shapes
     from gradcam_cli.model.segmenters import known_layers
 
@@ -115,13 +117,19 @@ def segmenter_layer_paths(model: nn.Module, input_hw: tuple[int, int], classes: 
     if known is not None:
         return known
     calls: dict[str, int] = {}
-    shapes = probe_shapes(model, input_hw, calls)
-    maps = [(name, shape) for name, shape in shapes.items() if name and is_spatial(shape) and shape[0] == 1 and calls.get(name, 0) == 1]
+    hw = (input_size[-2], input_size[-1])
+    volume = len(input_size) == 3
+    shapes = probe_shapes(model, hw, calls, input_shape=(channels, *input_size) if volume else None)
+
+    def spatial(shape: tuple[int, ...]) -> bool:
+        return len(shape) == 5 and min(shape[2:]) > 1 if volume else is_spatial(shape)
+
+    maps = [(name, shape) for name, shape in shapes.items() if name and spatial(shape) and shape[0] == 1 and calls.get(name, 0) == 1]
     features = [(name, shape) for name, shape in maps if shape[1] != classes] or maps[:-1]
     if not features:
         raise LayerError("no layer of this segmenter outputs a feature map; name one with ⟨layers⟩")
-    smallest = min(shape[-2] * shape[-1] for _, shape in features)
-    return [[name for name, shape in features if shape[-2] * shape[-1] == smallest][-1]]
+    smallest = min(math.prod(shape[2:]) for _, shape in features)
+    return [[name for name, shape in features if math.prod(shape[2:]) == smallest][-1]]
 
 
 def task_layer_paths(model: nn.Module, arch: str, source: ModelSource, input_hw: tuple[int, int]) -> list[str]:

@@ -113,10 +113,12 @@ def _picked_forward(self: nn.Module, *args: Any, **kwargs: Any) -> torch.Tensor:
 MAP_FRACTION = 8  # a segmenter's scores: at least 1/8 of the input each way (transformers' SegFormer gives 1/4)
 
 
-def is_score_map(shape: tuple[int, ...], input_hw: tuple[int, int]) -> bool:
-    """Whether scores of this shape are a segmenter's, a score per class and pixel: (N, C, h, w) covering the image at
-    1/8 of the input's resolution or finer (a feature map of a few cells is no segmentation)."""
-    return len(shape) == 4 and shape[-2] * MAP_FRACTION >= input_hw[0] and shape[-1] * MAP_FRACTION >= input_hw[1]
+def is_score_map(shape: tuple[int, ...], input_size: tuple[int, ...]) -> bool:
+    """Whether scores of this shape are a segmenter's, a score per class and pixel: (N, C, h, w) covering the image (a
+    3-D model's (N, C, d, h, w) its (D, H, W) input) at 1/8 of the input's resolution or finer (a feature map of a few
+    cells is no segmentation)."""
+    sides = shape[2:]
+    return len(shape) == 2 + len(input_size) and all(side * MAP_FRACTION >= size for side, size in zip(sides, input_size))
 
 
 def _returns_tensor(model: nn.Module) -> bool:
@@ -150,12 +152,12 @@ def probed_output(view: nn.Module, input_size: tuple[int, ...]) -> tuple[str | N
             f"⟨model⟩: its forward failed on a blank {what}: {fault_line(error)}",
             hint="fix the model's forward, or give the input size it takes with ⟨input_size⟩",
         ) from None
-    if scores.dim() != 2 and not is_score_map(tuple(scores.shape), (input_size[-2], input_size[-1])):
+    if scores.dim() != 2 and not is_score_map(tuple(scores.shape), tuple(input_size)):
         key = view.__dict__.get("output_key")
         where = f"its {key!r}" if key is not None else "it"
         raise ModelError(
             f"the model's class scores must be (N, classes); {where} is {tuple(scores.shape)} (a segmenter's score maps, "
-            f"(N, classes, H, W), are at least 1/{MAP_FRACTION} of the input's size each way)",
+            f"(N, classes, H, W), a 3-D model's (N, classes, D, H, W), are at least 1/{MAP_FRACTION} of the input's size each way)",
             hint="name the part that holds them with ⟨output=KEY⟩ or ⟨output=INDEX⟩",
         )
     found = view.__dict__.get("output_key")

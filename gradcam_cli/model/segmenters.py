@@ -5,10 +5,12 @@ torchvision's `{"out": ...}`, transformers' `.logits` (at a quarter of the
 input's size), a plain tensor (segmentation_models_pytorch, a user's U-Net).
 The rule, one for every hub: the scores the output view picks
 (model/outputs.py: `logits`, then `out`, then the first tensor) are four-
-dimensional. C classes read by a softmax; a single channel is a binary
+dimensional, or a 3-D segmenter's (a MONAI U-Net's) five-dimensional, (N, C,
+d, h, w). C classes read by a softmax; a single channel is a binary
 segmenter, read by a sigmoid. Scores smaller than the input are resized to it
-bilinearly, as transformers' `post_process_semantic_segmentation` does, so
-every region is in the input's pixels and maps back onto the photo exactly.
+bilinearly (a volume's trilinearly), as transformers'
+`post_process_semantic_segmentation` does, so every region is in the input's
+pixels (voxels) and maps back onto the photo (the scan) exactly.
 """
 
 from __future__ import annotations
@@ -39,13 +41,16 @@ class Segmenter:
         """One channel: a foreground logit, read by a sigmoid."""
         return self.classes == 1
 
-    def scores(self, output: Any, model_name: str, input_hw: tuple[int, int]) -> torch.Tensor:
-        """The forward's result as (N, C, H, W) scores at the input's size, still in the graph."""
+    def scores(self, output: Any, model_name: str, input_size: tuple[int, ...]) -> torch.Tensor:
+        """The forward's result as (N, C, H, W) scores at the input's size `input_size` (H, W), or a volume's (N, C, D, H,
+        W) at (D, H, W); still in the graph."""
         scores = output if isinstance(output, torch.Tensor) else pick_scores(output)[0]
-        if scores.dim() != 4 or int(scores.shape[1]) != self.classes:
-            raise ModelError(f"{model_name} did not return its segmentation scores (N, {self.classes}, H, W); got {tuple(scores.shape)}")
-        if tuple(scores.shape[-2:]) != tuple(input_hw):
-            scores = F.interpolate(scores, size=input_hw, mode="bilinear", align_corners=False)
+        if scores.dim() != 2 + len(input_size) or int(scores.shape[1]) != self.classes:
+            axes = ", ".join(("D", "H", "W")[-len(input_size) :])
+            raise ModelError(f"{model_name} did not return its segmentation scores (N, {self.classes}, {axes}); got {tuple(scores.shape)}")
+        if tuple(scores.shape[2:]) != tuple(input_size):
+            mode = "trilinear" if len(input_size) == 3 else "bilinear"
+            scores = F.interpolate(scores, size=tuple(input_size), mode=mode, align_corners=False)
         return scores
 
     def probabilities(self, scores: torch.Tensor) -> torch.Tensor:
@@ -54,16 +59,17 @@ class Segmenter:
         return scores.sigmoid() if self.binary else scores.softmax(dim=1)
 
     def labels(self, probabilities: torch.Tensor) -> torch.Tensor:
-        """(N, H, W) the class each pixel is given: the most probable; a binary one's 0 where its sigmoid is at least
-        0.5, else -1 (no class: the background)."""
+        """(N, H, W) (a volume's (N, D, H, W)) the class each pixel is given: the most probable; a binary one's 0 where
+        its sigmoid is at least 0.5, else -1 (no class: the background)."""
         if self.binary:
             return torch.where(probabilities[:, 0] >= 0.5, 0, -1)
         return probabilities.argmax(dim=1)
 
 
 def segmenter_of(shape: tuple[int, ...] | None) -> Segmenter | None:
-    """The rule: a model whose scores are (N, C, h, w) segments; None for class scores (N, classes)."""
-    if shape is None or len(shape) != 4:
+    """The rule: a model whose scores are (N, C, h, w) segments, as does a 3-D model's (N, C, d, h, w); None for class
+    scores (N, classes)."""
+    if shape is None or len(shape) not in (4, 5):
         return None
     return Segmenter(int(shape[1]))
 

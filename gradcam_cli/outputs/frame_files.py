@@ -26,6 +26,7 @@ from gradcam_cli.outputs.records import ImageRecord
 from gradcam_cli.outputs.render import photo_maps
 from gradcam_cli.outputs.segment_files import write_segments
 from gradcam_cli.outputs.video_files import FramePicture
+from gradcam_cli.outputs.volume_segments import volume_regions
 from gradcam_cli.outputs.writer import ResultWriter, caption_for, image_probabilities, image_record, target_record
 
 if TYPE_CHECKING:
@@ -92,9 +93,12 @@ def clip_pictures(
 
 
 def volume_picture(writer: ResultWriter, path: Path, whole: WholeVolume, cams: CamBatch, row: int, picture: Path) -> FramePicture:
-    """A volume a 3-D model read whole: its class, and its map (D, H, W) brought back to the scan's own shape."""
+    """A volume a 3-D model read whole: its class, and its map (D, H, W) brought back to the scan's own shape (a 3-D
+    segmenter's regions, each with its map: outputs/volume_segments.py; `picture` its labels volume)."""
     if not bool(cams.finite[row]):
         return FramePicture(writer.error_record(path, f"{path}: the model's scores or gradients are not finite (NaN or inf)"), whole.image)
+    if cams.found is not None:
+        return volume_regions(writer, path, whole, cams, row, picture)
     probabilities = image_probabilities(cams.logits[row], writer.kind)
     k = cams.ranks(row)[0]
     target = target_record(cams, row, k, probabilities, writer.class_names, overlay=str(picture))

@@ -114,7 +114,7 @@ class Explainer:
         if inputs.slices is not None:  # a 2-D model slice by slice, else the volume whole to a 3-D model
             volumes: SequenceKind = SlicesKind(self.writer, inputs.slices, inputs.window)
         else:
-            volumes = VolumeKind(self.writer, inputs.window, input_channels_3d(self.model))
+            volumes = VolumeKind(self.writer, inputs.window, input_channels_3d(self.model), self.prepared.kind is TargetKind.segment)
         kinds = (video, volumes)
         return SequenceRuns(kinds, shape, self.writer)
 

@@ -167,7 +167,9 @@ class SegmentTask:
 
     def layers(self, loaded: LoadedModel) -> list[str]:
         assert loaded.segmenter is not None
-        return segmenter_layer_paths(loaded.model, loaded.data_config.input_hw, loaded.segmenter.classes)
+        config = loaded.data_config  # a 3-D segmenter's probe at (C, D, H, W), over the channels its first Conv3d reads
+        channels = input_channels_3d(loaded.model) if config.clip_length is not None else 3
+        return segmenter_layer_paths(loaded.model, config.input_size, loaded.segmenter.classes, channels)
 
     def targets(self, settings: ExplainSettings, loaded: LoadedModel, outputs: int | None, warn: Callable[[str], None]) -> Targets:
         assert loaded.segmenter is not None
@@ -179,7 +181,7 @@ class SegmentTask:
             raise UsageError(f"class index {bad[0]} is out of range; the segmenter has {count} classes (0..{count - 1})")
         unasked = tuple(i for i, name in enumerate(names or []) if is_background(name) and count > 1)
         return SegmentTargets(
-            loaded.segmenter, loaded.data_config.input_hw, classes=classes,
+            loaded.segmenter, loaded.data_config.input_size, classes=classes,
             min_area=DEFAULT_MIN_AREA if target.min_area is None else target.min_area, unasked=unasked,
             over_truth=target.region == "truth", with_truth=settings.inputs.truth is not None,
         )  # fmt: skip

@@ -64,6 +64,8 @@ class VideoKind:
     def refusal(self, run: RunShape) -> str | None:
         """Why this run cannot write videos, as each video's one line; None when it can."""
         outputs = run.settings.outputs
+        if run.clip_length is not None and not run.one_map:
+            return "a 3-D segmenter's regions are a volume's; a video goes to a model that takes clips of frames"
         if run.several_maps:
             return "a video shows one map a frame: explain one class (the top one, or one ⟨classes⟩) for videos"
         if outputs.each:
