@@ -32,14 +32,16 @@ class BrightSegmenter(nn.Module):
         return self.pool(self.head(self.features(x)))
 
 
-def build(pool=False):
+def build(pool=False, binary=False):
     net = BrightSegmenter(pool)
+    if binary:  # one channel, 2x - 1: a binary segmenter whose one class is the bright voxels
+        net.head = nn.Conv3d(4, 1, 1)
     with torch.no_grad():
         net.features[0].weight.copy_(torch.tensor([1.0, 1.0, -1.0, -1.0]).view(4, 1, 1, 1, 1))
         net.features[0].bias.copy_(torch.tensor([0.0, 0.0, 1.0, 1.0]))
         net.head.weight.zero_()
-        net.head.weight[1, :2] = 1.0
-        net.head.weight[0, 2:] = 1.0
+        net.head.weight[-1, :2] = 1.0
+        net.head.weight[0, 2:] += 0.0 if binary else 1.0
         net.head.bias.fill_(-1.0)
     return net
 """
@@ -106,6 +108,8 @@ def test_classes_pick_a_3d_segmenters_regions(run_cli, tmp_path, in_test_folder)
     assert not (out / "ct.nii.gz.hirescam.seg1.nii.gz").exists()
     labels, _ = loaded(out / "ct.nii.gz.hirescam.labels.nii.gz")
     assert np.array_equal(labels, truth)  # the labels are the whole prediction, whichever classes are explained
+    small = run_cli("explain", "ct.nii.gz", *MODEL, "--min-area", "0.1", "-o", tmp_path / "small", "--json")
+    assert [s["class_index"] for s in small.records()[0]["segments"]] == [0]  # the block is 0.0625 of the volume
 
 
 def test_scores_smaller_than_a_volume_are_resized_to_it_trilinearly(run_cli, tmp_path, in_test_folder) -> None:
@@ -123,6 +127,19 @@ def test_scores_smaller_than_a_volume_are_resized_to_it_trilinearly(run_cli, tmp
     assert cam[found].sum() / cam.sum() > 0.8
 
 
+def test_a_binary_3d_segmenters_labels_are_its_mask(run_cli, tmp_path, in_test_folder) -> None:
+    """One channel read by a sigmoid: its one class the bright block, the labels NIfTI its mask (1 in it, 0 elsewhere)."""
+    (Path.cwd() / "net.py").write_text(NET)
+    truth = scan(Path.cwd() / "ct.nii.gz")
+    out = tmp_path / "out"
+    result = run_cli("explain", "ct.nii.gz", *MODEL, "--model-kwargs", "binary=true", "-o", out, "--json")
+    assert result.code == 0, result.stderr
+    (segment,) = result.records()[0]["segments"]
+    assert segment["class_index"] == 0 and segment["area"] == int(truth.sum())
+    labels, _ = loaded(out / "ct.nii.gz.hirescam.labels.nii.gz")
+    assert labels.dtype == np.uint8 and np.array_equal(labels, truth)
+
+
 def test_what_a_volumes_regions_cannot_take_yet_is_one_line_each(run_cli, tmp_path, in_test_folder) -> None:
     (Path.cwd() / "net.py").write_text(NET)
     scan(Path.cwd() / "ct.nii.gz")
@@ -135,5 +152,9 @@ def test_what_a_volumes_regions_cannot_take_yet_is_one_line_each(run_cli, tmp_pa
     region = run_cli("explain", "ct.nii.gz", *MODEL, "--region", "0,0,4,4", "-o", tmp_path / "out", "--json")
     assert region.records()[0]["error"] == (
         "ct.nii.gz: --region and --mask name a region of an image; a volume's regions are the 3-D segmenter's predicted ones"
+    )
+    each = run_cli("explain", "ct.nii.gz", *MODEL, "--each", "-o", tmp_path / "out", "--json")
+    assert each.records()[0]["error"] == (
+        "ct.nii.gz: --each does not apply to volumes: each region's map is its own NIfTI and montage already"
     )
     assert not (tmp_path / "out" / "ct.nii.gz.hirescam.labels.nii.gz").exists()
