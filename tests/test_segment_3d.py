@@ -158,3 +158,15 @@ def test_what_a_volumes_regions_cannot_take_yet_is_one_line_each(run_cli, tmp_pa
         "ct.nii.gz: --each does not apply to volumes: each region's map is its own NIfTI and montage already"
     )
     assert not (tmp_path / "out" / "ct.nii.gz.hirescam.labels.nii.gz").exists()
+
+
+def test_a_3d_segmenters_regions_are_report_cards_with_their_montages(run_cli, tmp_path, in_test_folder) -> None:
+    """Not a volume card (the labels NIfTI is no picture): a card per region, each its montage's thumbnail."""
+    (Path.cwd() / "net.py").write_text(NET)
+    scan(Path.cwd() / "ct.nii.gz")
+    out = tmp_path / "out"
+    result = run_cli("explain", "ct.nii.gz", *MODEL, "-o", out, "--report", "--json")
+    assert result.code == 0 and "no picture" not in result.stderr, result.stderr
+    data = (out / "report" / "data.js").read_text()
+    assert "ct.nii.gz.hirescam.seg0.png" in data and "ct.nii.gz.hirescam.seg1.png" in data
+    assert len(list((out / "report" / "thumbs").iterdir())) == 2

@@ -35,7 +35,8 @@ Warn = Callable[[str], None]
 def split_sequences(records: Iterable[dict[str, Any]]) -> tuple[Group, dict[tuple[Any, ...], Group], dict[tuple[Any, ...], Group]]:
     """The records that are cards of their own, and the videos' and the volumes' records grouped by input, model and
     method (a run of another model or method is a card of its own, as an image's is). A volume is a record per slice
-    (--slices), or one record of the whole volume (a 3-D model: it says its intensity scaling, no slice)."""
+    (--slices), or one record of the whole volume (a 3-D model: it says its intensity scaling, no slice; a 3-D
+    segmenter's is its regions' cards)."""
     others: Group = []
     videos: dict[tuple[Any, ...], Group] = {}
     volumes: dict[tuple[Any, ...], Group] = {}
@@ -43,11 +44,16 @@ def split_sequences(records: Iterable[dict[str, Any]]) -> tuple[Group, dict[tupl
         key = (record["input"], record.get("model"), record.get("method"))
         if record.get("frame") is not None:
             videos.setdefault(key, []).append(record)
-        elif record.get("slice") is not None or (record.get("ok") and isinstance(record.get("intensity"), str)):
+        elif record.get("slice") is not None or (record.get("ok") and isinstance(record.get("intensity"), str) and not _regions(record)):
             volumes.setdefault(key, []).append(record)
         else:
             others.append(record)
     return others, videos, volumes
+
+
+def _regions(record: dict[str, Any]) -> bool:
+    """A 3-D segmenter's volume: its regions are cards of their own, each with its montage (report/segments.py)."""
+    return record.get("segments") is not None
 
 
 def _explained(record: dict[str, Any]) -> tuple[Any, Any]:
