@@ -321,6 +321,33 @@ def cam(
     or one per image. The other options are those of `gradcam explain` (README). The model is left as it was found.
     Calls from several threads on one model take turns. Arguments of another type raise a UsageError.
     """
+    return cam_batch(
+        model,
+        x,
+        layers,
+        method,
+        classes,
+        grid=grid,
+        eigen_smooth=eigen_smooth,
+        aug_smooth=aug_smooth,
+        relu=relu,
+        norm=norm,
+        combine=combine,
+        cam_batch_size=cam_batch_size,
+        negative=negative,
+    ).maps[:, 0]
+
+
+def cam_batch(
+    model: nn.Module,
+    x: torch.Tensor,
+    layers: LayerSpec | Sequence[LayerSpec] | None = None,
+    method: str = "gradcam",
+    classes: int | Sequence[int] | None = None,
+    **options: Any,
+) -> CamBatch:
+    """cam() with what was explained (the classes, the scores): callers that label the maps (integrations/) need both."""
+    grid, negative = options.pop("grid", None), options.pop("negative", False)
     checked_model(model)
     if isinstance(layers, str) or not isinstance(layers, Sequence | None):
         layers = [layers]
@@ -328,24 +355,24 @@ def cam(
     grid = checked_call(x, method, grid)
     if resolved is None:  # the family's default, probed at x's own size
         resolved = [as_resolved(model, path) for path in _default_paths(model, x)]
-    options = CamOptions(
-        relu=relu,
-        norm=member_of(Norm, "norm", norm),
-        combine=member_of(Combine, "combine", combine),
-        eigen_smooth=eigen_smooth,
-        aug_smooth=aug_smooth,
-        cam_batch_size=cam_batch_size,
+    given = {"relu": True, "norm": "minmax", "combine": "mean", "eigen_smooth": False, "aug_smooth": False, "cam_batch_size": 32, **options}
+    cam_options = CamOptions(
+        relu=given["relu"],
+        norm=member_of(Norm, "norm", given["norm"]),
+        combine=member_of(Combine, "combine", given["combine"]),
+        eigen_smooth=given["eigen_smooth"],
+        aug_smooth=given["aug_smooth"],
+        cam_batch_size=given["cam_batch_size"],
         negative=bool(negative),
     )
-    batch = compute_cams(
+    return compute_cams(
         model,
         x,
         resolved,
         get_method(method),
         as_choice(classes),
-        options=options,
+        options=cam_options,
         num_prefix_tokens=getattr(model, "num_prefix_tokens", None),
         grid=grid,
         model_name=type(model).__name__,
     )
-    return batch.maps[:, 0]
