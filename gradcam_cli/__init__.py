@@ -19,12 +19,14 @@ _LAZY = {
     "ClassMap": "gradcam_cli.api",
     "ReadyModel": "gradcam_cli.api",
     "GradcamError": "gradcam_cli.errors",
+    "log_cams": "gradcam_cli.integrations.tensorboard",
 }
-__all__ = ["__version__", "cam", "explain", "load_model", "Explanation", "ClassMap", "ReadyModel", "GradcamError"]
+__all__ = ["__version__", "cam", "explain", "load_model", "Explanation", "ClassMap", "ReadyModel", "GradcamError", "log_cams"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from gradcam_cli.api import ClassMap, Explanation, ReadyModel, cam, explain, load_model
     from gradcam_cli.errors import GradcamError
+    from gradcam_cli.integrations.tensorboard import log_cams
 
 
 def __getattr__(name: str) -> Any:

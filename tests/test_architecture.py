@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("a prepared run", {"run.tasks", "run.matching", "run.prepare"}),  # above files: reference images are read to prepare
     ("the report", {"report", "report.*"}),
     ("the Python API", {"api_results", "api_arguments", "api_detections", "api_segments", "api"}),
+    ("integrations", {"integrations", "integrations.*"}),
     ("the engine", {"run", "run.*"}),
     ("the command line", {"cli", "cli.*", "__main__", TOP}),
 ]

@@ -1,0 +1,6 @@
+"""Maps while a model trains: the same explanations, sent to the trackers training code already has.
+
+`snapshot` explains a fixed set of images with the model as it is and leaves the model and the random state as found;
+`tensorboard.log_cams` logs them from any loop; `lightning.CamCallback` from a Lightning Trainer (the `lightning`
+extra, imported only by that module, never by `import gradcam_cli`).
+"""

@@ -1,0 +1,101 @@
+"""`CamCallback`: maps of a fixed set of images at the end of chosen validation epochs, sent to the trainer's loggers.
+
+The one module that imports lightning (the `lightning` extra). Images and layer paths are checked at `setup`, so a
+bad one stops the run before its first training step, in one line.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+from lightning.pytorch.loggers import TensorBoardLogger
+
+from gradcam_cli.api_arguments import LayerSpec
+from gradcam_cli.errors import GradcamError, Notice, UsageError
+from gradcam_cli.integrations.snapshot import Images, ImageSet, Shown, check_layers, explain_set, image_set
+
+
+class CamCallbackError(UsageError):
+    """The callback's images or layers are wrong: raised at setup, before training starts."""
+
+
+class CamCallback(pl.Callback):
+    """Explain `images` with the module as it is at the end of every `every_n_epochs`-th validation epoch.
+
+    On global rank 0 only, never in the sanity check. A TensorBoardLogger gets `add_image` (tag
+    `TAG/IMAGE/CLASS`, step the trainer's global step); a logger with a `log_dir` (CSVLogger) PNG files under
+    `log_dir/gradcam/epoch=E/`; any other logger is named once in a warning and skipped. The options are log_cams's.
+    """
+
+    def __init__(
+        self,
+        images: Images,
+        every_n_epochs: int = 1,
+        method: str = "gradcam",
+        layers: LayerSpec | Sequence[LayerSpec] | None = None,
+        classes: int | Sequence[int] | None = None,
+        *,
+        tag: str = "gradcam",
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        size: int | tuple[int, int] | None = None,
+        class_names: Sequence[str] | None = None,
+        colormap: str = "jet",
+        alpha: float = 0.5,
+    ) -> None:
+        if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
+            raise CamCallbackError(f"CamCallback: every_n_epochs must be a whole number of at least 1, not {every_n_epochs!r}")
+        self.images, self.every_n_epochs, self.layers, self.tag = images, every_n_epochs, layers, tag
+        self.preprocessing: dict[str, Any] = {"size": size, "mean": mean, "std": std}
+        self.options: dict[str, Any] = {
+            "method": method,
+            "classes": classes,
+            "class_names": class_names,
+            "colormap": colormap,
+            "alpha": alpha,
+        }
+        self._set: ImageSet | None = None
+        self._warned: set[str] = set()
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """The images decoded and the layers resolved now: a bad one is one line before training starts."""
+        try:
+            self._set = image_set(self.images, pl_module, **self.preprocessing)
+            check_layers(pl_module, self.layers)
+        except GradcamError as error:
+            raise CamCallbackError(f"CamCallback: {error}") from None
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not trainer.is_global_zero or self._set is None:
+            return
+        epoch = trainer.current_epoch
+        if (epoch + 1) % self.every_n_epochs:
+            return
+        shown = explain_set(pl_module, self._set, layers=self.layers, **self.options)
+        for logger in trainer.loggers:
+            self._log(logger, shown, epoch, trainer.global_step)
+
+    def _log(self, logger: Any, shown: list[Shown], epoch: int, step: int) -> None:
+        """To TensorBoard as images, to a logger with a folder as PNGs; any other named once and skipped."""
+        if isinstance(logger, TensorBoardLogger):
+            for item in shown:
+                tag = f"{self.tag}/{item.image}/{item.class_name}"
+                logger.experiment.add_image(tag, np.asarray(item.overlay), global_step=step, dataformats="HWC")
+        elif isinstance(getattr(logger, "log_dir", None), (str, Path)):
+            folder = Path(logger.log_dir) / self.tag / f"epoch={epoch}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for item in shown:
+                item.overlay.save(folder / _file_name(f"{item.image}.{item.class_name}.png"))
+        elif type(logger).__name__ not in self._warned:
+            self._warned.add(type(logger).__name__)
+            warnings.warn(Notice(f"CamCallback: {type(logger).__name__} takes no images; its maps are skipped"), stacklevel=2)
+
+
+def _file_name(name: str) -> str:
+    """A class or image name made a safe file name (no folder separators)."""
+    return "".join("_" if c in "/\\:" else c for c in name)

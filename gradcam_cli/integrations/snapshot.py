@@ -1,0 +1,169 @@
+"""A fixed set of images explained with the model as it is mid-training, the model and the random state left as found.
+
+Shared by `log_cams` and the Lightning callback, so both show the same pictures. Training after a call must go on
+exactly as without it: the random states (torch, CUDA, numpy, Python), every `.grad`, every module's mode,
+`requires_grad` and autocast are restored, and the maps are computed in eval mode, so BatchNorm's statistics and
+dropout are untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from gradcam_cli.api import ReadyModel, cam_batch
+from gradcam_cli.api_arguments import LayerSpec, as_resolved, photo_of
+from gradcam_cli.errors import UsageError
+from gradcam_cli.model.state import eval_mode
+from gradcam_cli.option_table import DEFAULT_MAX_PIXELS
+from gradcam_cli.outputs.picture import draw
+from gradcam_cli.vocab import Colormap
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+Images = str | os.PathLike | Image.Image | Sequence[str | os.PathLike | Image.Image] | torch.Tensor
+
+
+@dataclass(frozen=True)
+class Shown:
+    """One image's overlay for one class, with the names a tracker files it under."""
+
+    image: str  # the file's stem, else the image's index
+    class_index: int
+    class_name: str
+    probability: float
+    overlay: Image.Image
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    """The images as the model takes them, (N, 3, H, W) normalised, and as the pictures under the maps (N, H, W, 3)."""
+
+    names: list[str]
+    x: torch.Tensor
+    photos: np.ndarray
+
+
+def module_of(model: nn.Module | ReadyModel) -> nn.Module:
+    """The torch module: a LightningModule or any nn.Module as given, or what load_model() returned."""
+    if isinstance(model, ReadyModel):
+        return model.model
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"model must be a torch.nn.Module or what gradcam_cli.load_model() returned, not {type(model).__name__}")
+    return model
+
+
+def image_set(
+    images: Images,
+    model: nn.Module | ReadyModel,
+    *,
+    size: int | tuple[int, int] | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+) -> ImageSet:
+    """Decoded once (a missing or broken file fails here), normalised with `mean`/`std`: given, else the data
+    config of a load_model() model, else ImageNet's. A tensor batch is taken as normalised and shown de-normalised."""
+    config = model.data_config if isinstance(model, ReadyModel) else None
+    m = torch.tensor(mean or (config.mean if config else IMAGENET_MEAN), dtype=torch.float32).view(1, 3, 1, 1)
+    s = torch.tensor(std or (config.std if config else IMAGENET_STD), dtype=torch.float32).view(1, 3, 1, 1)
+    if isinstance(images, torch.Tensor):
+        if images.dim() != 4 or images.shape[1] != 3:
+            raise UsageError(f"images as a tensor must be a normalised batch (N, 3, H, W), not {tuple(images.shape)}")
+        x = images.detach().to("cpu", torch.float32).clone()
+        photos = ((x * s + m).clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+        return ImageSet([str(i) for i in range(len(x))], x, photos)
+    items = [images] if isinstance(images, (str, os.PathLike, Image.Image)) else list(images)
+    if not items:
+        raise UsageError("images is empty: give image paths, PIL images or a tensor batch (N, 3, H, W)")
+    decoded = [photo_of(item, DEFAULT_MAX_PIXELS)[0] for item in items]
+    hw = _size(size, config.input_hw if config else decoded[0].shape[:2])
+    photos = np.stack([np.asarray(Image.fromarray(p).resize((hw[1], hw[0]), Image.Resampling.BILINEAR)) for p in decoded])
+    x = (torch.from_numpy(photos).permute(0, 3, 1, 2).float() / 255 - m) / s
+    return ImageSet(_names(items), x, photos)
+
+
+def _size(size: int | tuple[int, int] | None, default: Sequence[int]) -> tuple[int, int]:
+    if size is None:
+        return int(default[0]), int(default[1])
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+
+
+def _names(items: Sequence[Any]) -> list[str]:
+    """A file's stem (its index too when two share one), else the image's index."""
+    names: list[str] = []
+    for i, item in enumerate(items):
+        name = Path(item).stem if isinstance(item, (str, os.PathLike)) else str(i)
+        names.append(f"{name}-{i}" if name in names else name)
+    return names
+
+
+def check_layers(model: nn.Module, layers: LayerSpec | Sequence[LayerSpec] | None) -> None:
+    """Each layer resolved on the model now, so a bad path fails before training, not at the first map."""
+    for layer in [] if layers is None else [layers] if isinstance(layers, (str, nn.Module)) else layers:
+        as_resolved(model, layer)
+
+
+@contextmanager
+def left_as_found(model: nn.Module) -> Iterator[None]:
+    """Inside: eval mode, autocast off, inference mode off; after: the random states, grads, modes and flags as found."""
+    states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    grads = [(p, p.grad, p.requires_grad) for p in model.parameters()]
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(eval_mode(model))
+            stack.enter_context(torch.inference_mode(False))  # Lightning validates under inference_mode
+            for kind in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
+                stack.enter_context(torch.autocast(kind, enabled=False))  # float32 maps under a mixed-precision trainer
+            yield
+    finally:
+        torch.set_rng_state(states[0])
+        np.random.set_state(states[1])
+        random.setstate(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        for p, grad, flag in grads:
+            p.grad = grad
+            p.requires_grad_(flag)
+
+
+def explain_set(
+    model: nn.Module | ReadyModel,
+    images: ImageSet,
+    *,
+    method: str = "gradcam",
+    layers: LayerSpec | Sequence[LayerSpec] | None = None,
+    classes: int | Sequence[int] | None = None,
+    class_names: Sequence[str] | None = None,
+    colormap: str = "jet",
+    alpha: float = 0.5,
+) -> list[Shown]:
+    """Each image's map for its class (the top one, or `classes`: one for all or one per image), drawn on it."""
+    module = module_of(model)
+    names = class_names or (model.class_names if isinstance(model, ReadyModel) else getattr(module, "class_names", None))
+    parameter = next(iter(module.parameters()), None)
+    with left_as_found(module):
+        x = images.x.clone()
+        if parameter is not None:
+            x = x.to(parameter.device, parameter.dtype if parameter.dtype.is_floating_point else torch.float32)
+        batch = cam_batch(module, x, layers, method, classes).to_cpu()
+    probabilities = batch.logits.float().softmax(-1)
+    shown = []
+    for i, image in enumerate(images.names):
+        for k in batch.ranks(i):
+            index = int(batch.targets[i, k])
+            heat = draw(images.photos[i], batch.maps[i, k].float().numpy(), colormap=Colormap(colormap), alpha=alpha)
+            name = str(names[index]) if names is not None and index < len(names) else str(index)
+            shown.append(Shown(image, index, name, float(probabilities[i, index]), Image.fromarray(heat)))
+    return shown

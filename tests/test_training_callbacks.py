@@ -1,0 +1,288 @@
+"""Maps while a model trains (issue 27): log_cams from any loop, and the Lightning CamCallback with real Trainers.
+
+One fit with the callback (TensorBoard, CSV and a logger that takes no images) is read back by several tests; a
+second fit without it, same seed, gives the loss curve the first must equal bit for bit.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import gradcam_cli
+from conftest import assert_left_as_found, model_state, require, write_image
+from gradcam_cli.errors import GradcamError, UsageError
+from test_pointing_game import _shapes
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+lightning = require("lightning")
+require("tensorboard")
+
+import torch  # noqa: E402
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger  # noqa: E402
+from torch import nn  # noqa: E402
+
+from gradcam_cli.integrations.lightning import CamCallback, CamCallbackError  # noqa: E402
+
+CLASSES = ["circle", "square", "triangle", "star"]
+STEPS_PER_EPOCH = 4  # 32 training scenes in batches of 8
+
+
+def _net() -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        nn.Conv2d(8, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Dropout(0.3),  # draws from torch's RNG in training: a callback that moved it would change the losses
+        nn.Linear(8, 4),
+    )
+
+
+class Shapes(lightning.LightningModule):
+    """A tiny CNN on shapes scenes; it records its training losses and how many steps it took."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = _net()
+        self.losses: list[float] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+    def training_step(self, batch: Any, _index: int) -> torch.Tensor:
+        loss = nn.functional.cross_entropy(self(batch[0]), batch[1])
+        self.losses.append(float(loss))
+        return loss
+
+    def validation_step(self, batch: Any, _index: int) -> None:
+        self.log("val_loss", nn.functional.cross_entropy(self(batch[0]), batch[1]))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class NoImages(Logger):
+    """A logger with nowhere to put a picture: the callback names it once and skips it."""
+
+    name, version = "noimages", 0
+
+    def log_metrics(self, metrics: dict, step: int | None = None) -> None:
+        pass
+
+    def log_hyperparams(self, params: Any, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def _data(count: int, seed: int) -> torch.utils.data.TensorDataset:
+    shapes, rng = _shapes(), np.random.default_rng(seed)
+    scenes = [shapes.make_scene(rng, 32, 32) for _ in range(count)]
+    x = torch.stack([torch.from_numpy(np.asarray(image)).permute(2, 0, 1).float() / 255 for image, _, _ in scenes])
+    mean, std = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1), torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    return torch.utils.data.TensorDataset((x - mean) / std, torch.tensor([label for _, label, _ in scenes]))
+
+
+def _fit(folder: Path, callbacks: list, loggers: list | None = None) -> Shapes:
+    lightning.seed_everything(0, verbose=False)
+    module = Shapes()
+    trainer = lightning.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        deterministic=True,
+        logger=loggers if loggers is not None else TensorBoardLogger(folder, name="tb"),
+        callbacks=callbacks,
+        default_root_dir=folder,
+        log_every_n_steps=1,
+    )
+    train = torch.utils.data.DataLoader(_data(32, 1), batch_size=8, shuffle=True)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one thread in every fit (a module fixture runs before `one_thread`): the same sums
+    try:
+        trainer.fit(module, train, torch.utils.data.DataLoader(_data(8, 2), batch_size=8))
+    finally:
+        torch.set_num_threads(threads)
+    return module
+
+
+class Checked(CamCallback):
+    """CamCallback that also records the module, the random states and autocast just before and after its work."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[tuple[int, bool]] = []
+
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        before = (model_state(pl_module), _random_states(), torch.is_autocast_enabled("cpu"))
+        super().on_validation_epoch_end(trainer, pl_module)
+        assert_left_as_found(pl_module, before[0])
+        assert _same_states(_random_states(), before[1]), "a random state moved"
+        assert torch.is_autocast_enabled("cpu") == before[2]
+        self.seen.append((trainer.global_step, trainer.sanity_checking))
+
+
+def _random_states() -> tuple:
+    return torch.get_rng_state(), np.random.get_state(), random.getstate()
+
+
+def _same_states(a: tuple, b: tuple) -> bool:
+    return torch.equal(a[0], b[0]) and all(np.array_equal(x, y) for x, y in zip(a[1], b[1])) and a[2] == b[2]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("photos")
+    return [write_image(folder / f"{name}.png", 40, 30, seed=i) for i, name in enumerate(["cat", "dog"])]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, photos: list[Path]) -> dict[str, Any]:
+    """One fit with three callbacks (every epoch, class 0 by name; every second epoch; the top class) and three loggers."""
+    folder = tmp_path_factory.mktemp("fit")
+    each = Checked(photos, classes=0, class_names=CLASSES, size=32)
+    second = Checked(photos, every_n_epochs=2, tag="second", layers="net.3", size=32)
+    loggers = [TensorBoardLogger(folder, name="tb"), CSVLogger(folder, name="csv"), NoImages()]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        module = _fit(folder, [each, second], loggers)
+    return {"module": module, "each": each, "second": second, "loggers": loggers, "said": said}
+
+
+def _images(log_dir: str) -> dict[str, list[Any]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(log_dir, size_guidance={"images": 0})
+    events.Reload()
+    return {tag: events.Images(tag) for tag in events.Tags()["images"]}
+
+
+def test_tensorboard_holds_the_maps_at_each_chosen_epochs_step(trained: dict[str, Any]) -> None:
+    images = _images(trained["loggers"][0].log_dir)
+    every = {tag: [e.step for e in images[tag]] for tag in ("gradcam/cat/circle", "gradcam/dog/circle")}
+    assert every == {"gradcam/cat/circle": [4, 8], "gradcam/dog/circle": [4, 8]}  # global steps at epochs 0 and 1
+    second = [tag for tag in images if tag.startswith("second/")]
+    assert sorted(tag.split("/")[1] for tag in second) == ["cat", "dog"]  # the top class, by index (no class names)
+    assert all([e.step for e in images[tag]] == [2 * STEPS_PER_EPOCH] for tag in second)  # every_n_epochs=2
+    picture = images["gradcam/cat/circle"][0]
+    assert (picture.width, picture.height) == (32, 32)
+    decoded = np.asarray(Image.open(__import__("io").BytesIO(picture.encoded_image_string)))
+    assert decoded.shape == (32, 32, 3) and decoded.std() > 0
+
+
+def test_the_callback_left_model_and_random_states_as_found_and_skipped_the_sanity_check(trained: dict[str, Any]) -> None:
+    # Checked asserted the module's state, the random states and autocast around every call; these are its calls
+    assert trained["each"].seen == [(0, True), (4, False), (8, False)]  # the sanity check's call did nothing
+    assert trained["module"].training  # and training went on in train mode
+
+
+def test_csv_logger_gets_pngs_and_a_logger_without_a_folder_is_named_once(trained: dict[str, Any]) -> None:
+    root = Path(trained["loggers"][1].log_dir)
+    assert sorted(str(p.relative_to(root)) for p in root.glob("gradcam/*/*.png")) == [
+        "gradcam/epoch=0/cat.circle.png",
+        "gradcam/epoch=0/dog.circle.png",
+        "gradcam/epoch=1/cat.circle.png",
+        "gradcam/epoch=1/dog.circle.png",
+    ]
+    assert Image.open(root / "gradcam/epoch=1/cat.circle.png").size == (32, 32)
+    named = [str(w.message) for w in trained["said"] if "NoImages" in str(w.message)]
+    assert named == ["CamCallback: NoImages takes no images; its maps are skipped"] * 2  # once per callback
+
+
+def test_the_loss_curve_is_bit_identical_without_the_callback(trained: dict[str, Any], tmp_path: Path) -> None:
+    without = _fit(tmp_path, [], [TensorBoardLogger(tmp_path, name="tb"), CSVLogger(tmp_path, name="csv"), NoImages()])
+    assert len(without.losses) == 2 * STEPS_PER_EPOCH
+    assert trained["module"].losses == without.losses  # exact floats: the callback drew no random number
+
+
+class Counted(Shapes):
+    def training_step(self, batch: Any, index: int) -> torch.Tensor:
+        raise AssertionError("training started")
+
+
+@pytest.mark.parametrize("problem", ["missing", "broken", "layer"])
+def test_bad_images_or_layer_stop_the_fit_at_setup_in_one_line(problem: str, tmp_path: Path, photos: list[Path]) -> None:
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"not a png")
+    images = {"missing": [photos[0], tmp_path / "missing.png"], "broken": [broken], "layer": photos}[problem]
+    callback = CamCallback(images, layers="net.99" if problem == "layer" else None)
+    trainer = lightning.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False, callbacks=[callback])
+    data = torch.utils.data.DataLoader(_data(8, 1), batch_size=8)
+    with pytest.raises(CamCallbackError) as error:
+        trainer.fit(Counted(), data)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("CamCallback: ")
+    assert {"missing": "missing.png", "broken": "broken.png", "layer": "net.99"}[problem] in message
+    assert isinstance(error.value, UsageError) and isinstance(error.value, GradcamError)
+
+
+class Writer:
+    """SummaryWriter's add_image, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple, int, str]] = []
+
+    def add_image(self, tag: str, image: np.ndarray, global_step: int, dataformats: str) -> None:
+        self.calls.append((tag, image.shape, global_step, dataformats))
+
+
+def test_log_cams_under_no_grad_with_a_frozen_model_in_train_mode(photos: list[Path]) -> None:
+    torch.manual_seed(3)
+    model = _net().train()
+    model[0].weight.grad = torch.full_like(model[0].weight, 0.5)  # a gradient the caller is accumulating
+    grad = model[0].weight.grad
+    for p in model.parameters():
+        p.requires_grad_(False)
+    before, states, writer = model_state(model), _random_states(), Writer()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        shown = gradcam_cli.log_cams(model, photos, writer, step=7, class_names=CLASSES, size=(24, 32))
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    assert_left_as_found(model, before)
+    assert model[0].weight.grad is grad and bool((grad == 0.5).all())
+    assert _same_states(_random_states(), states)
+    assert writer.calls == [(f"gradcam/{s.image}/{s.class_name}", (24, 32, 3), 7, "HWC") for s in shown]
+    assert [s.image for s in shown] == ["cat", "dog"] and all(s.class_name in CLASSES for s in shown)
+
+
+def test_a_tensor_batch_is_shown_de_normalised_and_gives_the_photos_maps(photos: list[Path], tmp_path: Path) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    model, mean, std = _net().eval(), (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    pictures = [np.asarray(Image.open(p).convert("RGB")) for p in photos]
+    x = (torch.from_numpy(np.stack(pictures)).permute(0, 3, 1, 2).float() / 255 - torch.tensor(mean).view(1, 3, 1, 1)) / torch.tensor(
+        std
+    ).view(1, 3, 1, 1)
+    with SummaryWriter(tmp_path) as writer:
+        from_tensor = gradcam_cli.log_cams(model, x, writer, step=3, mean=mean, std=std, classes=[1, 2])
+    from_files = gradcam_cli.log_cams(model, photos, Writer(), step=3, mean=mean, std=std, classes=[1, 2])
+    assert [(s.image, s.class_name) for s in from_tensor] == [("0", "1"), ("1", "2")]
+    for a, b in zip(from_tensor, from_files):  # the same pixels in, so the same map and overlay out
+        assert np.array_equal(np.asarray(a.overlay), np.asarray(b.overlay))
+    logged = _images(str(tmp_path))
+    assert sorted(logged) == ["gradcam/0/1", "gradcam/1/2"] and [e.step for e in logged["gradcam/0/1"]] == [3]
+    with pytest.raises(UsageError, match=r"\(N, 3, H, W\)"):
+        gradcam_cli.log_cams(model, x[0], Writer(), step=0)
+
+
+def test_only_the_lightning_module_imports_lightning() -> None:
+    package = Path(gradcam_cli.__file__).parent
+    importers = []
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n.split(".")[0] in ("lightning", "pytorch_lightning", "tensorboard") for n in names):
+                importers.append(str(path.relative_to(package)))
+    assert sorted(set(importers)) == ["integrations/lightning.py"]
