@@ -15,6 +15,11 @@ libraries are in, nothing is left standing in: `import torch._dynamo` and
 `torch.compile` work as they always do. Only timm keeps the deferred `disable`
 it found (as `timm.layers.disable_compiler`): a function it decorates later is
 likewise disabled when first called.
+
+timm also tries `import wandb` when it loads (timm.utils.summary, for its training
+scripts' logging): with the `wandb` extra installed that is hundreds of modules in
+every run. While timm imports, wandb is held back (timm catches the ImportError); a
+later `import wandb` works as usual, and one already imported is left alone.
 """
 
 from __future__ import annotations
@@ -38,10 +43,24 @@ DYNAMO_UTILS = "torch._dynamo.utils"
 
 def import_timm() -> types.ModuleType:
     """`import timm`, with the compiler deferred (timm imports torchvision)."""
-    with _compiler_deferred():
+    with _compiler_deferred(), _wandb_held_back():
         import timm
     stamp("imports")
     return timm
+
+
+@contextlib.contextmanager
+def _wandb_held_back() -> Iterator[None]:
+    """`import wandb` raises ImportError inside, unless wandb is imported already (then nothing changes)."""
+    if "wandb" in sys.modules:
+        yield
+        return
+    sys.modules["wandb"] = None  # type: ignore[assignment]  # Python's own "import halted" marker
+    try:
+        yield
+    finally:
+        if sys.modules.get("wandb", 0) is None:
+            del sys.modules["wandb"]
 
 
 def import_torchvision() -> types.ModuleType:
