@@ -2,5 +2,7 @@
 
 `snapshot` explains a fixed set of images with the model as it is and leaves the model and the random state as found;
 `tensorboard.log_cams` logs them from any loop; `lightning.CamCallback` from a Lightning Trainer (the `lightning`
-extra, imported only by that module, never by `import gradcam_cli`).
+extra, imported only by that module, never by `import gradcam_cli`); `transformers.CamCallback` from a Hugging Face
+Trainer (transformers imported only there). `sinks` is where both callbacks send the maps (wandb imported only there
+and in `transformers`, when a W&B sink is used).
 """

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-import numpy as np
-from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
 from gradcam_cli.api_arguments import LayerSpec
 from gradcam_cli.errors import GradcamError, Notice, UsageError
+from gradcam_cli.integrations.sinks import to_pngs, to_writer, wandb_payload
 from gradcam_cli.integrations.snapshot import Images, ImageSet, Shown, check_layers, explain_set, image_set
 
 
@@ -28,7 +28,8 @@ class CamCallback(pl.Callback):
     """Explain `images` with the module as it is at the end of every `every_n_epochs`-th validation epoch.
 
     On global rank 0 only, never in the sanity check. A TensorBoardLogger gets `add_image` (tag
-    `TAG/IMAGE/CLASS`, step the trainer's global step); a logger with a `log_dir` (CSVLogger) PNG files under
+    `TAG/IMAGE/CLASS`, step the trainer's global step); a WandbLogger `wandb.Image`s captioned `CLASS p=0.93` and a
+    `TAG/records` table at that step; a logger with a `log_dir` (CSVLogger) PNG files under
     `log_dir/gradcam/epoch=E/`; any other logger is named once in a warning and skipped. The options are log_cams's.
     """
 
@@ -81,21 +82,14 @@ class CamCallback(pl.Callback):
             self._log(logger, shown, epoch, trainer.global_step)
 
     def _log(self, logger: Any, shown: list[Shown], epoch: int, step: int) -> None:
-        """To TensorBoard as images, to a logger with a folder as PNGs; any other named once and skipped."""
+        """To TensorBoard or W&B as images, to a logger with a folder as PNGs; any other named once and skipped."""
         if isinstance(logger, TensorBoardLogger):
-            for item in shown:
-                tag = f"{self.tag}/{item.image}/{item.class_name}"
-                logger.experiment.add_image(tag, np.asarray(item.overlay), global_step=step, dataformats="HWC")
+            to_writer(logger.experiment, shown, self.tag, step)
+        elif isinstance(logger, WandbLogger):  # log_metrics adds trainer/global_step, as log_image and log_table do
+            payload = wandb_payload(shown, self.tag, method=self.options["method"], layers=self.layers, epoch=epoch)
+            logger.log_metrics(payload, step=step)
         elif isinstance(getattr(logger, "log_dir", None), (str, Path)):
-            folder = Path(logger.log_dir) / self.tag / f"epoch={epoch}"
-            folder.mkdir(parents=True, exist_ok=True)
-            for item in shown:
-                item.overlay.save(folder / _file_name(f"{item.image}.{item.class_name}.png"))
+            to_pngs(Path(logger.log_dir) / self.tag / f"epoch={epoch}", shown)
         elif type(logger).__name__ not in self._warned:
             self._warned.add(type(logger).__name__)
             warnings.warn(Notice(f"CamCallback: {type(logger).__name__} takes no images; its maps are skipped"), stacklevel=2)
-
-
-def _file_name(name: str) -> str:
-    """A class or image name made a safe file name (no folder separators)."""
-    return "".join("_" if c in "/\\:" else c for c in name)

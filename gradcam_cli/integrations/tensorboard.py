@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 from torch import nn
 
 from gradcam_cli.api import ReadyModel
 from gradcam_cli.api_arguments import LayerSpec
+from gradcam_cli.integrations.sinks import to_writer
 from gradcam_cli.integrations.snapshot import Images, Shown, explain_set, image_set
 
 
@@ -51,6 +51,5 @@ def log_cams(
         colormap=colormap,
         alpha=alpha,
     )
-    for item in shown:
-        writer.add_image(f"{tag}/{item.image}/{item.class_name}", np.asarray(item.overlay), global_step=step, dataformats="HWC")
+    to_writer(writer, shown, tag, step)
     return shown

@@ -1,0 +1,200 @@
+"""Maps while a model trains, second step (issue 27): the Hugging Face Trainer callback and W&B, with real trainers.
+
+A tiny CNN wrapped as the Trainer wants it (a dict with `loss` and `logits`), 4 steps, evaluated at steps 2 and 4.
+W&B runs offline into a temporary folder; what it wrote there is read back (slow: W&B starts its own process).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import gradcam_cli
+from conftest import assert_left_as_found, model_state, require, write_image
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+require("transformers")
+require("tensorboard")
+wandb = require("wandb")
+lightning = require("lightning")
+
+import torch  # noqa: E402
+from lightning.pytorch.loggers import WandbLogger  # noqa: E402
+from test_training_callbacks import CLASSES, _data, _fit, _net  # noqa: E402
+from torch import nn  # noqa: E402
+from transformers import Trainer, TrainingArguments  # noqa: E402
+from transformers.modeling_outputs import SequenceClassifierOutput  # noqa: E402
+
+from gradcam_cli.errors import UsageError  # noqa: E402
+from gradcam_cli.integrations.lightning import CamCallback as LightningCamCallback  # noqa: E402
+from gradcam_cli.integrations.transformers import CamCallback, CamCallbackError  # noqa: E402
+
+
+class HfShapes(nn.Module):
+    """The shapes CNN as the Trainer takes a model: keyword inputs, a ModelOutput with `loss` (given labels) and `logits`.
+
+    (A plain dict would train too, but cam_batch reads class scores from `.logits` or a tensor, not a dict's key.)
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = _net()
+
+    def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None) -> SequenceClassifierOutput:
+        logits = self.net(pixel_values)
+        loss = None if labels is None else nn.functional.cross_entropy(logits, labels)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+def _records(count: int, seed: int) -> list[dict[str, Any]]:
+    x, y = _data(count, seed).tensors
+    return [{"pixel_values": x[i], "labels": y[i]} for i in range(count)]
+
+
+class Checked(CamCallback):
+    """CamCallback that checks the model, the random states and autocast are as found around every evaluation's work."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.seen: list[int] = []
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        model = kwargs["model"]
+        before = (model_state(model), torch.get_rng_state(), np.random.get_state(), random.getstate())
+        super().on_evaluate(args, state, control, **kwargs)
+        assert_left_as_found(model, before[0])
+        assert torch.equal(torch.get_rng_state(), before[1]) and random.getstate() == before[3]
+        assert all(np.array_equal(a, b) for a, b in zip(np.random.get_state(), before[2]))
+        self.seen.append(state.global_step)
+
+
+def _trainer(folder: Path, report_to: list[str], callback: CamCallback, model: nn.Module | None = None) -> Trainer:
+    args = TrainingArguments(
+        output_dir=str(folder),
+        max_steps=4,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        eval_strategy="steps",
+        eval_steps=2,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=report_to,
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+    )
+    trainer = Trainer(model=model or HfShapes(), args=args, train_dataset=_records(32, 1), eval_dataset=_records(8, 2))
+    callback.attach(trainer)
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("photos")
+    return [write_image(folder / f"{name}.png", 40, 30, seed=i) for i, name in enumerate(["cat", "dog"])]
+
+
+def _images(log_dir: Path) -> dict[str, list[Any]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), size_guidance={"images": 0, "scalars": 0})
+    events.Reload()
+    return {"images": {t: [e.step for e in events.Images(t)] for t in events.Tags()["images"]}, "scalars": events.Tags()["scalars"]}
+
+
+def test_hf_trainer_tensorboard_and_pngs_at_each_evaluation(tmp_path: Path, photos: list[Path]) -> None:
+    callback = Checked(photos, classes=0, class_names=CLASSES, size=32)
+    trainer = _trainer(tmp_path, ["tensorboard"], callback)
+    trainer.train()
+    assert callback.seen == [2, 4]  # two evaluations, each checked left as found
+    (run,) = [p.parent for p in (tmp_path / "runs").glob("*/events.out.tfevents.*")]  # one event file: the Trainer's
+    logged = _images(run)
+    assert logged["images"] == {"gradcam/cat/circle": [2, 4], "gradcam/dog/circle": [2, 4]}
+    assert "eval/loss" in logged["scalars"]  # the images sit in the same event file as the Trainer's scalars
+    pngs = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("gradcam/*/*.png"))
+    assert pngs == [f"gradcam/step={s}/{i}.circle.png" for s in (2, 4) for i in ("cat", "dog")]
+    assert Image.open(tmp_path / "gradcam/step=4/dog.circle.png").size == (32, 32)
+
+
+@pytest.mark.parametrize("problem", ["missing", "layer"])
+def test_hf_bad_images_or_layer_stop_training_before_the_first_step(problem: str, tmp_path: Path, photos: list[Path]) -> None:
+    class Untrainable(HfShapes):
+        def forward(self, *args: Any, **kwargs: Any) -> SequenceClassifierOutput:
+            raise AssertionError("training started")
+
+    images = [photos[0], tmp_path / "missing.png"] if problem == "missing" else photos
+    callback = CamCallback(images, layers="net.99" if problem == "layer" else None, size=32)
+    with pytest.raises(CamCallbackError) as error:
+        _trainer(tmp_path, [], callback, Untrainable()).train()
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("CamCallback: ") and isinstance(error.value, UsageError)
+    assert ("missing.png" if problem == "missing" else "net.99") in message
+
+
+def _offline_run(root: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """The images and tables an offline W&B run wrote: files/media/images/KEY_STEP_HASH.png (a key's `/` a folder),
+    files/media/table/KEY_STEP_HASH.table.json."""
+    (run,) = (root / "wandb").glob("offline-run-*")
+    images = sorted(str(p.relative_to(run / "files/media/images")) for p in run.glob("files/media/images/**/*.png"))
+    tables = [json.loads(p.read_text()) for p in sorted(run.glob("files/media/table/**/*.table.json"))]
+    return images, tables
+
+
+@pytest.fixture
+def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "gradcam-tests")
+    yield tmp_path
+    wandb.finish()
+
+
+@pytest.mark.slow  # W&B starts its service process (and git), even offline
+def test_hf_trainer_wandb_offline_run_holds_the_images_and_table(offline_wandb: Path, photos: list[Path]) -> None:
+    callback = Checked(photos, classes=0, class_names=CLASSES, size=32)
+    _trainer(offline_wandb / "out", ["wandb"], callback).train()
+    wandb.finish()
+    images, tables = _offline_run(offline_wandb)
+    assert callback.seen == [2, 4]
+    assert len([n for n in images if n.startswith("gradcam/cat/circle_")]) == 2  # one per evaluation
+    assert len(tables) == 2 and tables[0]["columns"] == ["image", "class", "probability", "method", "layer", "epoch"]
+    rows = tables[1]["data"]
+    assert [(r[1], r[3], r[4]) for r in rows] == [("circle", "gradcam", "default")] * 2 and all(0 <= r[2] <= 1 for r in rows)
+    assert [r[0] for r in rows] == ["Image"] * 2  # what wandb 0.31 writes offline for a table cell holding an image
+    assert len(list((offline_wandb / "out").glob("gradcam/*/*.png"))) == 4  # PNGs always
+
+
+@pytest.mark.slow  # W&B starts its service process (and git), even offline
+def test_lightning_wandb_logger_offline_run_holds_the_images_and_table(offline_wandb: Path, photos: list[Path]) -> None:
+    callback = LightningCamCallback(photos, classes=1, class_names=CLASSES, size=32)
+    _fit(offline_wandb, [callback], [WandbLogger(save_dir=str(offline_wandb), offline=True)])
+    wandb.finish()
+    images, tables = _offline_run(offline_wandb)
+    assert len([n for n in images if n.startswith("gradcam/dog/square_")]) == 2  # epochs 0 and 1
+    assert len(tables) == 2
+    rows = tables[1]["data"]
+    assert [(r[1], r[3], r[4], r[5]) for r in rows] == [("square", "gradcam", "default", 1)] * 2
+    assert all(0 <= r[2] <= 1 for r in rows)
+
+
+def test_only_their_modules_import_transformers_and_wandb() -> None:
+    package = Path(gradcam_cli.__file__).parent
+    importers: dict[str, set[str]] = {"transformers": set(), "wandb": set()}
+    for path in (package / "integrations").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                if name.split(".")[0] in importers:
+                    importers[name.split(".")[0]].add(path.name)
+    assert importers == {"transformers": {"transformers.py"}, "wandb": {"sinks.py", "transformers.py"}}
