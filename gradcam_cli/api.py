@@ -22,8 +22,8 @@ from gradcam_cli.cams.methods import get_method
 from gradcam_cli.errors import GradcamError, InputError, LayerError, Notice, UsageError
 from gradcam_cli.geometry import Geometry, plan_geometry, to_input_array
 from gradcam_cli.layers.defaults import clip_layer_paths, default_layer_paths
-from gradcam_cli.maps import CamOptions, member_of
-from gradcam_cli.vocab import Combine, Norm, TargetKind
+from gradcam_cli.maps import CamOptions
+from gradcam_cli.vocab import Norm, TargetKind
 from gradcam_cli.model.device import place_model, resolve_device
 from gradcam_cli.model.load import LoadedModel
 from gradcam_cli.model.load import load_model as load_loaded_model
@@ -344,10 +344,12 @@ def cam_batch(
     layers: LayerSpec | Sequence[LayerSpec] | None = None,
     method: str = "gradcam",
     classes: int | Sequence[int] | None = None,
+    *,
+    grid: tuple[int, int] | str | None = None,
     **options: Any,
 ) -> CamBatch:
-    """cam() with what was explained (the classes, the scores): callers that label the maps (integrations/) need both."""
-    grid, negative = options.pop("grid", None), options.pop("negative", False)
+    """cam() with what was explained (the classes, the scores): callers that label the maps (integrations/) need both.
+    `options` are CamOptions' (cam()'s keywords; what is not given takes CamOptions' own default)."""
     checked_model(model)
     if isinstance(layers, str) or not isinstance(layers, Sequence | None):
         layers = [layers]
@@ -355,16 +357,7 @@ def cam_batch(
     grid = checked_call(x, method, grid)
     if resolved is None:  # the family's default, probed at x's own size
         resolved = [as_resolved(model, path) for path in _default_paths(model, x)]
-    given = {"relu": True, "norm": "minmax", "combine": "mean", "eigen_smooth": False, "aug_smooth": False, "cam_batch_size": 32, **options}
-    cam_options = CamOptions(
-        relu=given["relu"],
-        norm=member_of(Norm, "norm", given["norm"]),
-        combine=member_of(Combine, "combine", given["combine"]),
-        eigen_smooth=given["eigen_smooth"],
-        aug_smooth=given["aug_smooth"],
-        cam_batch_size=given["cam_batch_size"],
-        negative=bool(negative),
-    )
+    cam_options = CamOptions(**{**options, "negative": bool(options.get("negative", False))})  # norm, combine read there
     return compute_cams(
         model,
         x,
