@@ -24,7 +24,8 @@ from pathlib import Path, PurePath
 from typing import BinaryIO, TextIO
 from collections.abc import Callable, Iterable, Iterator
 
-from gradcam_cli.errors import printable
+from gradcam_cli.errors import InputError, printable
+from gradcam_cli.inputs.decode import open_regular
 from gradcam_cli.inputs.video import VIDEO_SUFFIXES
 from gradcam_cli.inputs.volumes import is_nifti
 from gradcam_cli.vocab import Method, values
@@ -116,15 +117,11 @@ def _holds_dicom(folder: Path, names: list[str]) -> bool:
     if not bare:
         return False
     try:
-        fd = os.open(folder / bare[0], os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        with open_regular(folder / bare[0]) as handle:
+            handle.seek(DICOM_MAGIC_AT)
+            return handle.read(len(DICOM_MAGIC)) == DICOM_MAGIC
+    except (OSError, InputError):  # not a regular file, unreadable: no DICOM slice
         return False
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode) and os.pread(fd, 4, DICOM_MAGIC_AT) == DICOM_MAGIC
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _is_inside(path: Path, folder: Path | None) -> bool:

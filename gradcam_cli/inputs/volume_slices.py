@@ -32,6 +32,12 @@ def is_volume(path: Path) -> bool:
     return is_nifti(path) or path.is_dir()
 
 
+def grey_picture(scaled: np.ndarray) -> np.ndarray:
+    """A slice scaled to [0, 1] as the 8-bit grey RGB picture an image model reads, (rows, columns, 3) uint8."""
+    levels = np.clip(scaled * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    return np.ascontiguousarray(np.repeat(levels[..., None], 3, axis=2))
+
+
 class VolumeSlices:
     """One volume, read and scaled: its upright slices of `plane` as grey pictures, and how its intensities were scaled."""
 
@@ -44,8 +50,7 @@ class VolumeSlices:
         """Each slice in order: (rows, columns, 3) uint8, the scaled intensities in grey."""
         stack = plane_slices(self.scan, self.volume.affine, self.plane)
         for index, grey in enumerate(stack):
-            levels = np.clip(grey * 255.0 + 0.5, 0, 255).astype(np.uint8)
-            yield Frame(index, None, np.ascontiguousarray(np.repeat(levels[..., None], 3, axis=2)))
+            yield Frame(index, None, grey_picture(grey))
 
     def __enter__(self) -> VolumeSlices:
         return self
@@ -87,8 +92,7 @@ class VolumeWhole:
 
     def frames(self) -> Iterator[WholeVolume]:
         middle = self.scan[:, :, self.scan.shape[2] // 2]
-        levels = np.clip(middle * 255.0 + 0.5, 0, 255).astype(np.uint8)
-        yield WholeVolume(0, self.scan, np.ascontiguousarray(np.repeat(levels[..., None], 3, axis=2)), self.channels)
+        yield WholeVolume(0, self.scan, grey_picture(middle), self.channels)
 
     def __enter__(self) -> VolumeWhole:
         return self

@@ -40,6 +40,11 @@ TEMP_NAME = re.compile(r"\.gradcam-tmp-(\d+)-[0-9a-f]{8}\.part$")
 STALE_TEMP_SECONDS = 3600
 
 
+def temp_path(folder: Path) -> Path:
+    """A temporary name of ours in `folder` (this process's id in it): what `remove_stale_temps` recognises."""
+    return folder / f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.part"
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Write to a temporary file in the same folder, flush it to disk, then rename over the target.
 
@@ -48,7 +53,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     which `remove_stale_temps` recognises by its name.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.parent / f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.part"
+    temp = temp_path(path.parent)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -13,7 +13,6 @@ drawn (MapSmoother), so a map does not flicker between near-equal frames.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 from collections import deque
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from gradcam_cli.inputs.video import pyav
-from gradcam_cli.outputs.files import FILE_MODE, TEMP_PREFIX
+from gradcam_cli.outputs.files import FILE_MODE, temp_path
 from gradcam_cli.outputs.records import ImageRecord
 
 CODEC = "libx264"  # H.264: what every browser, player and editor plays
@@ -50,10 +49,6 @@ class FramePicture:
     scale: Any = None  # the caption band's colour scale (outputs/legend.Scale)
 
 
-def _temp(folder: Path) -> Path:
-    return folder / f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}.part"
-
-
 def even(rgb: np.ndarray) -> np.ndarray:
     """A picture padded by one black row or column where its size is odd: H.264's 4:2:0 needs even sides."""
     height, width = rgb.shape[:2]
@@ -68,10 +63,10 @@ class VideoFile:
     def __init__(self, path: Path, rate: Fraction, stamp: str, raw: Path | None = None) -> None:
         self.path, self.rate, self.stamp, self.raw_path = path, rate, stamp, raw
         self.frames = 0
-        self._temp = _temp(path.parent)
+        self._temp = temp_path(path.parent)
         self._container: Any = None
         self._stream: Any = None
-        self._raw_temp = _temp(path.parent) if raw is not None else None
+        self._raw_temp = temp_path(path.parent) if raw is not None else None
         self._raw: BinaryIO | None = None
         self._raw_shape: tuple[int, ...] | None = None
 
@@ -140,7 +135,7 @@ def _npy_from(data: Path, target: Path, shape: tuple[int, ...]) -> None:
     """An .npy of float32 maps (frames, H, W) from their raw bytes: the header written, the data copied, renamed."""
     from numpy.lib import format as npy
 
-    temp = _temp(target.parent)
+    temp = temp_path(target.parent)
     header = {"descr": npy.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False, "shape": shape}
     try:
         with open(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "wb") as out, open(data, "rb") as raw:
