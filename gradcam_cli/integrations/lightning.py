@@ -15,13 +15,11 @@ import lightning.pytorch as pl
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 
 from gradcam_cli.api_arguments import LayerSpec
-from gradcam_cli.errors import GradcamError, Notice, UsageError
+from gradcam_cli.errors import Notice
 from gradcam_cli.integrations.sinks import to_pngs, to_writer, wandb_payload
-from gradcam_cli.integrations.snapshot import Images, ImageSet, Shown, check_layers, explain_set, image_set
+from gradcam_cli.integrations.snapshot import CamCallbackError, Images, Shown, Watched, checked_every
 
-
-class CamCallbackError(UsageError):
-    """The callback's images or layers are wrong: raised at setup, before training starts."""
+__all__ = ["CamCallback", "CamCallbackError"]
 
 
 class CamCallback(pl.Callback):
@@ -49,47 +47,35 @@ class CamCallback(pl.Callback):
         colormap: str = "jet",
         alpha: float = 0.5,
     ) -> None:
-        if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
-            raise CamCallbackError(f"CamCallback: every_n_epochs must be a whole number of at least 1, not {every_n_epochs!r}")
-        self.images, self.every_n_epochs, self.layers, self.tag = images, every_n_epochs, layers, tag
-        self.preprocessing: dict[str, Any] = {"size": size, "mean": mean, "std": std}
-        self.options: dict[str, Any] = {
-            "method": method,
-            "classes": classes,
-            "class_names": class_names,
-            "colormap": colormap,
-            "alpha": alpha,
-        }
-        self._set: ImageSet | None = None
+        self.every_n_epochs = checked_every(every_n_epochs, "every_n_epochs")
+        options = {"method": method, "classes": classes, "class_names": class_names, "colormap": colormap, "alpha": alpha}
+        self.watched = Watched(images, layers, tag, {"size": size, "mean": mean, "std": std}, options)
         self._warned: set[str] = set()
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """The images decoded and the layers resolved now: a bad one is one line before training starts."""
-        try:
-            self._set = image_set(self.images, pl_module, **self.preprocessing)
-            check_layers(pl_module, self.layers)
-        except GradcamError as error:
-            raise CamCallbackError(f"CamCallback: {error}") from None
+        self.watched.check(pl_module)
 
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or not trainer.is_global_zero or self._set is None:
+        if trainer.sanity_checking or not trainer.is_global_zero or self.watched.image_set is None:
             return
         epoch = trainer.current_epoch
         if (epoch + 1) % self.every_n_epochs:
             return
-        shown = explain_set(pl_module, self._set, layers=self.layers, **self.options)
+        shown = self.watched.explain(pl_module)
         for logger in trainer.loggers:
             self._log(logger, shown, epoch, trainer.global_step)
 
     def _log(self, logger: Any, shown: list[Shown], epoch: int, step: int) -> None:
         """To TensorBoard or W&B as images, to a logger with a folder as PNGs; any other named once and skipped."""
+        watched = self.watched
         if isinstance(logger, TensorBoardLogger):
-            to_writer(logger.experiment, shown, self.tag, step)
+            to_writer(logger.experiment, shown, watched.tag, step)
         elif isinstance(logger, WandbLogger):  # log_metrics adds trainer/global_step, as log_image and log_table do
-            payload = wandb_payload(shown, self.tag, method=self.options["method"], layers=self.layers, epoch=epoch)
+            payload = wandb_payload(shown, watched.tag, method=watched.options["method"], layers=watched.layers, epoch=epoch)
             logger.log_metrics(payload, step=step)
         elif isinstance(getattr(logger, "log_dir", None), (str, Path)):
-            to_pngs(Path(logger.log_dir) / self.tag / f"epoch={epoch}", shown)
+            to_pngs(Path(logger.log_dir) / watched.tag / f"epoch={epoch}", shown)
         elif type(logger).__name__ not in self._warned:
             self._warned.add(type(logger).__name__)
             warnings.warn(Notice(f"CamCallback: {type(logger).__name__} takes no images; its maps are skipped"), stacklevel=2)

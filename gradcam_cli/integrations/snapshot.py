@@ -23,14 +23,12 @@ from torch import nn
 
 from gradcam_cli.api import ReadyModel, cam_batch
 from gradcam_cli.api_arguments import LayerSpec, as_resolved, photo_of
-from gradcam_cli.errors import UsageError
+from gradcam_cli.errors import GradcamError, UsageError
+from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD
 from gradcam_cli.model.state import eval_mode
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS
 from gradcam_cli.outputs.picture import draw
 from gradcam_cli.vocab import Colormap
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 Images = str | os.PathLike | Image.Image | Sequence[str | os.PathLike | Image.Image] | torch.Tensor
 
@@ -167,3 +165,44 @@ def explain_set(
             name = str(names[index]) if names is not None and index < len(names) else str(index)
             shown.append(Shown(image, index, name, float(probabilities[i, index]), Image.fromarray(heat)))
     return shown
+
+
+class CamCallbackError(UsageError):
+    """A callback's images or layers are wrong: raised when training begins, before its first step."""
+
+
+class Watched:
+    """What a training callback explains each time: its images and layers, checked once on the model, and how it draws.
+
+    One piece for the Lightning and Hugging Face callbacks, so both check, explain and fail alike.
+    """
+
+    def __init__(
+        self, images: Images, layers: LayerSpec | Sequence[LayerSpec] | None, tag: str, preprocessing: dict[str, Any],
+        options: dict[str, Any],
+    ) -> None:  # fmt: skip
+        self.images, self.layers, self.tag = images, layers, tag
+        self.preprocessing, self.options = preprocessing, options  # image_set's; explain_set's
+        self.image_set: ImageSet | None = None
+
+    def check(self, model: nn.Module) -> None:
+        """The images decoded and the layers resolved on `model` now: a bad one is one line, before training."""
+        try:
+            self.image_set = image_set(self.images, model, **self.preprocessing)
+            check_layers(model, self.layers)
+        except GradcamError as error:
+            raise CamCallbackError(f"CamCallback: {error}") from None
+
+    def explain(self, model: nn.Module) -> list[Shown]:
+        """The images' maps with `model` as it is now (checked first, if no check has run yet)."""
+        if self.image_set is None:
+            self.check(model)
+        assert self.image_set is not None
+        return explain_set(model, self.image_set, layers=self.layers, **self.options)
+
+
+def checked_every(value: object, name: str) -> int:
+    """A callback's `every_n_...`: a whole number of at least 1, else one line naming it."""
+    if not isinstance(value, int) or value < 1:
+        raise CamCallbackError(f"CamCallback: {name} must be a whole number of at least 1, not {value!r}")
+    return value

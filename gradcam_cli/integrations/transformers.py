@@ -16,13 +16,11 @@ from transformers import Trainer, TrainerCallback, TrainerControl, TrainerState,
 from transformers.integrations import TensorBoardCallback
 
 from gradcam_cli.api_arguments import LayerSpec
-from gradcam_cli.errors import GradcamError, Notice, UsageError
+from gradcam_cli.errors import Notice
 from gradcam_cli.integrations.sinks import to_pngs, to_writer, wandb_payload
-from gradcam_cli.integrations.snapshot import Images, ImageSet, Shown, check_layers, explain_set, image_set
+from gradcam_cli.integrations.snapshot import CamCallbackError, Images, Shown, Watched, checked_every
 
-
-class CamCallbackError(UsageError):
-    """The callback's images or layers are wrong: raised at on_train_begin, before training starts."""
+__all__ = ["CamCallback", "CamCallbackError"]
 
 
 class CamCallback(TrainerCallback):
@@ -49,14 +47,10 @@ class CamCallback(TrainerCallback):
         colormap: str = "jet",
         alpha: float = 0.5,
     ) -> None:
-        if not isinstance(every_n_evals, int) or every_n_evals < 1:
-            raise CamCallbackError(f"CamCallback: every_n_evals must be a whole number of at least 1, not {every_n_evals!r}")
-        self.images, self.every_n_evals, self.layers, self.tag = images, every_n_evals, layers, tag
-        self.preprocessing: dict[str, Any] = {"size": size, "mean": mean, "std": std}
-        self.options: dict[str, Any] = {"method": method, "classes": classes, "class_names": class_names}
-        self.options.update(colormap=colormap, alpha=alpha)
+        self.every_n_evals = checked_every(every_n_evals, "every_n_evals")
+        options = {"method": method, "classes": classes, "class_names": class_names, "colormap": colormap, "alpha": alpha}
+        self.watched = Watched(images, layers, tag, {"size": size, "mean": mean, "std": std}, options)
         self.evaluations = 0
-        self._set: ImageSet | None = None
         self._trainer: Trainer | None = None
         self._warned = False
 
@@ -68,12 +62,7 @@ class CamCallback(TrainerCallback):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         """The images decoded and the layers resolved now: a bad one is one line before the first step."""
-        model = kwargs["model"]
-        try:
-            self._set = image_set(self.images, model, **self.preprocessing)
-            check_layers(model, self.layers)
-        except GradcamError as error:
-            raise CamCallbackError(f"CamCallback: {error}") from None
+        self.watched.check(kwargs["model"])
 
     def on_evaluate(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
@@ -81,28 +70,24 @@ class CamCallback(TrainerCallback):
         self.evaluations += 1
         if self.evaluations % self.every_n_evals:
             return
-        model = kwargs["model"]
-        if self._set is None:  # trainer.evaluate() without train(): checked here instead
-            self.on_train_begin(args, state, control, **kwargs)
-        assert self._set is not None
-        shown = explain_set(model, self._set, layers=self.layers, **self.options)
+        shown = self.watched.explain(kwargs["model"])  # trainer.evaluate() without train(): checked here first
         self._log(args, state, shown)
 
     def _log(self, args: TrainingArguments, state: TrainerState, shown: list[Shown]) -> None:
         """PNGs always; TensorBoard and W&B as `report_to` enables them."""
-        step = state.global_step
-        to_pngs(Path(args.output_dir or ".") / self.tag / f"step={step}", shown)
+        step, watched = state.global_step, self.watched
+        to_pngs(Path(args.output_dir or ".") / watched.tag / f"step={step}", shown)
         report_to = args.report_to if isinstance(args.report_to, list) else [args.report_to]
         if "tensorboard" in report_to or "all" in report_to:
             writer = self._tensorboard_writer()
             if writer is not None:
-                to_writer(writer, shown, self.tag, step)
+                to_writer(writer, shown, watched.tag, step)
                 writer.flush()
         if "wandb" in report_to or "all" in report_to:
             import wandb
 
             if wandb.run is not None:
-                payload = wandb_payload(shown, self.tag, method=self.options["method"], layers=self.layers, epoch=state.epoch)
+                payload = wandb_payload(shown, watched.tag, method=watched.options["method"], layers=watched.layers, epoch=state.epoch)
                 wandb.run.log({**payload, "train/global_step": step})  # as the Trainer's WandbCallback logs
 
     def _tensorboard_writer(self) -> Any:
