@@ -15,7 +15,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from gradcam_cli.errors import spelled
 from gradcam_cli.values import (
     parse_channels,
     parse_class,
@@ -90,10 +89,12 @@ OPTIONS: tuple[Option, ...] = (
            help="Load the hub's pretrained weights (ignored with --weights).",
            doc="load the hub's pretrained weights (default) or start from random weights"),
     Option(name="weights", flags=("--weights", "-w"), kind=Path, default=None, group="model", metavar="FILE", path=True,
-           help="Local checkpoint (.safetensors, or .pth/.pt state dict).",
-           doc="your checkpoint: `.safetensors`, or a `.pth`/`.pt` state dict (loaded with `weights_only=True`; pickled "
-               "code is refused). `state_dict`/`model` wrappers (DomainBed's `model_dict` too) and `module.` prefixes are "
-               "unwrapped; the number of classes is read from the checkpoint's classifier"),
+           help="Local checkpoint (.safetensors, or .pth/.pt/.ckpt state dict); a quoted pattern: each file in turn.",
+           doc="your checkpoint: `.safetensors`, or a `.pth`/`.pt`/`.ckpt` state dict (loaded with `weights_only=True`; "
+               "pickled code is refused). `state_dict`/`model` wrappers (DomainBed's `model_dict` too), a training "
+               "wrapper's prefix (Lightning's `model.`) and `module.` prefixes are unwrapped; the number of classes is read "
+               "from the checkpoint's classifier. A quoted pattern (`'ckpts/epoch=*.ckpt'`) sweeps the checkpoints it names: "
+               "each explained in turn into its own subfolder, as a step (see [While training](#while-training))"),
     Option(name="ema", flags=("--ema",), kind=bool, default=False, group="model",
            help="Load the checkpoint's EMA weights (timm's state_dict_ema) instead of its weights.",
            doc="with `--weights`: the exponential moving average of the weights the training kept (timm's "
@@ -316,6 +317,17 @@ OPTIONS: tuple[Option, ...] = (
            help="At the end (also after Ctrl-C), build the HTML report of the output folder (as `gradcam report DIR`).",
            doc="at the end of the run, also when it is interrupted, build `DIR/report/index.html` from the output folder's "
                "records, as `gradcam report DIR` does"),
+    Option(name="tensorboard", flags=("--tensorboard",), kind=Path, default=None, group="outputs", metavar="DIR", path=True,
+           help="Also log the overlays and a records table (eval: its metrics and charts) as TensorBoard events in DIR.",
+           doc="also log each overlay (`add_image`, tagged with its path in the output folder), a table of the records "
+               "(text) and, for `gradcam eval`, each map set's metric means (scalars), its table and charts, as TensorBoard "
+               "event files in DIR, beside the files written as always. Needs `pip install 'gradcam-cli[tensorboard]'`"),
+    Option(name="wandb", flags=("--wandb",), kind=str, default=None, group="outputs", metavar="PROJECT",
+           help="Also log the overlays, a records table (eval: its metrics, table and charts) to a W&B run in PROJECT.",
+           doc="also log each overlay (a `wandb.Image` captioned with its class and probability), the records as a "
+               "`wandb.Table` and, for `gradcam eval`, its metric means, table and charts, to a Weights & Biases run in "
+               "PROJECT (`WANDB_MODE=offline` keeps it in `./wandb` without a network; `wandb sync` sends it later). "
+               "Needs `pip install 'gradcam-cli[wandb]'`"),
     Option(name="max_pixels", flags=("--max-pixels",), kind=int, default=DEFAULT_MAX_PIXELS, group="inputs", metavar="N",
            minimum=0, minimum_meaning=" (0 turns the decompression-bomb guard off)",
            help="Refuse images with more pixels than this (decompression bombs); 0 = no limit.",
@@ -364,37 +376,3 @@ OPTIONS: tuple[Option, ...] = (
 )
 # fmt: on
 BY_NAME: dict[str, Option] = {option.name: option for option in OPTIONS}
-
-
-def preset_keys() -> dict[str, Option]:
-    """Preset key → its option: the option names, then the singular spellings (`layer`, `class`)."""
-    keys = {option.name: option for option in OPTIONS if option.preset}
-    keys.update({alias: option for option in OPTIONS if option.preset for alias in option.aliases})
-    return keys
-
-
-def named(option: Option) -> str:
-    """The mark of an option that may come from a flag or a preset: `--max-pixels (preset key max_pixels)` on the command line."""
-    return f"⟨{option.name}~⟩"
-
-
-def as_flag(name: str, rest: str | None) -> str:
-    """An option mark spelled as the command line's flag: ⟨pretrained=False⟩ → --no-pretrained, ⟨grid=HxW⟩ → --grid HxW.
-
-    A command's own option, outside the table (eval's ⟨boxes⟩, ⟨steps=0⟩), is its name as a flag: --boxes, --steps 0.
-    """
-    option = BY_NAME.get(name)
-    if option is None:
-        flag = "--" + name.replace("_", "-")
-        return f"{flag} {rest[1:]}" if rest and rest != "~" else flag
-    if rest == "~":
-        return f"{option.flag} (preset key {option.name})"
-    on, _, off = option.flags[0].partition("/")
-    if option.kind is bool and rest in ("=True", "=False"):
-        return on if rest == "=True" or not off else off
-    return f"{option.flag} {rest[1:]}" if rest else option.flag
-
-
-def in_flags(text: str) -> str:
-    """A message of the library, as the command line says it."""
-    return spelled(text, as_flag)

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from gradcam_cli.errors import UsageError, cut
-from gradcam_cli.option_table import DEFAULT_MAX_PIXELS, OPTIONS, Option, named
+from gradcam_cli.option_table import DEFAULT_MAX_PIXELS, OPTIONS, Option
+from gradcam_cli.option_words import named
 from gradcam_cli.values import CODE_MODEL, YOLO_PREFIX, Window
 from gradcam_cli.vocab import Colormap, Combine, Interpolation, Method, Norm, Plane, Precision, Style, Task, closest
 
@@ -127,6 +128,8 @@ class OutputSettings:
     smooth: int = 1  # a video's: each map the mean of K neighbouring frames' maps
     replace: bool = False  # write over outputs another run (other model, weights, method, layers, style) made
     report: bool = False
+    tensorboard: Path | None = None  # a folder of TensorBoard event files the overlays and records also go to
+    wandb: str | None = None  # a W&B project the overlays and records also go to
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -210,7 +210,7 @@ def test_bad_input_raises_a_package_error_in_the_api_words(call, error: type, wo
 
 def test_an_option_mark_is_an_argument_here_and_a_flag_on_the_command_line() -> None:
     """The library names options by marks; the API spells them as arguments, the CLI as its flags."""
-    from gradcam_cli.option_table import as_flag
+    from gradcam_cli.option_words import as_flag
 
     error = LayerError("no map; name one with ⟨layers⟩", hint="or ⟨pretrained=False⟩, ⟨weights=FILE⟩, ⟨grid=HxW⟩, ⟨max_pixels~⟩")
     assert str(error) == "no map; name one with layers; or pretrained=False, weights=FILE, grid=HxW, max_pixels"

@@ -17,7 +17,7 @@ PACKAGE = ROOT / "gradcam_cli"
 TOP = "__init__"  # the package's own `__init__`: what `import gradcam_cli` and `from gradcam_cli import NAME` run
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("leaves", {"errors", "vocab", "values", "option_table", "settings", "model.state", "version", "timings", "found"}),
+    ("leaves", {"errors", "vocab", "values", "option_table", "option_words", "settings", "model.state", "version", "timings", "found"}),
     ("models", {"model", "model.*"}),
     ("tensors and pixels", {"layout", "layout_3d", "geometry", "maps"}),
     ("layers", {"layers", "layers.*"}),

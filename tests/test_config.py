@@ -161,7 +161,7 @@ def _readme_preset_keys() -> list[str]:
 
 
 def test_every_preset_key_the_readme_lists_is_accepted(tmp_path):
-    from gradcam_cli.option_table import preset_keys
+    from gradcam_cli.option_words import preset_keys
 
     keys, known = _readme_preset_keys(), preset_keys()
     assert "skip_existing" in keys and set(keys) <= set(known), set(keys) - set(known)

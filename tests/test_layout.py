@@ -16,7 +16,7 @@ import torch
 import gradcam_cli
 from conftest import require, seeded, small_tv_vit, timm_model
 from gradcam_cli.errors import LayoutError
-from gradcam_cli.option_table import as_flag
+from gradcam_cli.option_words import as_flag
 from gradcam_cli.layout import MAX_PREFIX_TOKENS, Layout, LayoutHints, channels_dim_hint, detect_layout, patch_grid
 
 timm = require("timm")

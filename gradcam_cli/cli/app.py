@@ -25,7 +25,7 @@ from gradcam_cli.cli.inspect import layers, methods
 from gradcam_cli.cli.report import report
 from gradcam_cli.cli.signals import interrupted
 from gradcam_cli.errors import ExitCode, GradcamError, Interrupted, warnings_said
-from gradcam_cli.option_table import as_flag
+from gradcam_cli.option_words import as_flag
 from gradcam_cli.timings import stamp
 
 STDOUT_CLOSED = 141  # 128 + SIGPIPE: what a shell reports for `yes | head -1`; the run stopped before the end

@@ -29,7 +29,7 @@ from gradcam_cli.errors import (
     spelled,
     warnings_said,
 )
-from gradcam_cli.option_table import as_flag
+from gradcam_cli.option_words import as_flag
 from gradcam_cli.outputs.text import described_score
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.vocab import TargetKind

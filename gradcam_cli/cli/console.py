@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gradcam_cli.errors import printable
-from gradcam_cli.option_table import in_flags
+from gradcam_cli.option_words import in_flags
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_
 from gradcam_cli.cli.signals import StopRequests
 from gradcam_cli.errors import ExitCode, UsageError, warnings_said
 from gradcam_cli.settings import ExplainSettings, build_settings
-from gradcam_cli.option_table import BY_NAME, OPTIONS, as_flag
+from gradcam_cli.option_table import BY_NAME, OPTIONS
+from gradcam_cli.option_words import as_flag, in_flags
 from gradcam_cli.vocab import Metric, Substrate, values
 
 DEFAULT_METHODS = "gradcam,gradcam++,xgradcam,layercam"
@@ -40,7 +41,7 @@ TARGET_OPTIONS = ("classes", "task", "score_threshold", "max_detections", "min_a
 TABLE_OPTIONS = (
     "inputs", *MODEL_OPTIONS, "layers", *TARGET_OPTIONS, "crop", "relu", "eigen_smooth", "aug_smooth", "cam_batch_size", "grid",
     "colormap", "alpha", "output_dir", "recursive", "max_pixels", "batch_size", "device", "precision", "workers", "report",
-    "json_lines", "quiet",
+    "tensorboard", "wandb", "json_lines", "quiet",
 )  # fmt: skip
 CLI_ONLY = ("inputs", "json_lines", "quiet")
 
@@ -69,8 +70,14 @@ def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, 
     as_json = (not streams.stdout_tty) if json_lines is None else json_lines
     from gradcam_cli.run.pipeline import model_prints_to_stderr
 
-    with model_prints_to_stderr():  # stdout carries the records only, whatever the model's code prints
-        return _Evaluation(settings, plan, streams, as_json, quiet).run(inputs)
+    from gradcam_cli.integrations.trackers import open_trackers
+
+    trackers = open_trackers(settings.outputs, "eval")  # a tracker's missing library: one line, before the model loads
+    try:
+        with model_prints_to_stderr():  # stdout carries the records only, whatever the model's code prints
+            return _Evaluation(settings, plan, streams, as_json, quiet, trackers).run(inputs)
+    finally:
+        trackers.close()
 
 
 def _metrics(text: str | None) -> tuple[Metric, ...]:
@@ -95,8 +102,9 @@ def _boxes(text: str | None) -> Path | None:
 class _Evaluation:
     """One run of `gradcam eval`: sources scanned, the evaluator prepared, records streamed, summaries at the end."""
 
-    def __init__(self, settings: ExplainSettings, plan: Any, streams: Streams, as_json: bool, quiet: bool) -> None:
+    def __init__(self, settings: ExplainSettings, plan: Any, streams: Streams, as_json: bool, quiet: bool, trackers: Any) -> None:
         self.settings, self.plan, self.streams, self.as_json, self.quiet = settings, plan, streams, as_json, quiet
+        self.trackers = trackers  # ⟨tensorboard⟩, ⟨wandb⟩: the summary's means, table and charts go there too
         self.failed: list[str] = []
 
     def run(self, inputs: list[str]) -> int:
@@ -137,7 +145,9 @@ class _Evaluation:
             evaluator.warn(unmatched)
         output_dir = self.settings.outputs.output_dir
         ensure_writable(output_dir)
-        files = RunFiles(output_dir, _run_line(evaluator, self.streams))
+        line = _run_line(evaluator, self.streams)
+        files = RunFiles(output_dir, line)
+        self.trackers.start(line, output_dir, lambda message: warn(in_flags(message)))
 
         def emit(record: Any) -> None:
             files.record(record)
@@ -175,6 +185,10 @@ class _Evaluation:
         except OSError as error:
             self.streams.warn(f"cannot write the summaries into {output_dir}: {error.strerror or error}")
             written = []
+        if self.trackers:
+            from gradcam_cli.outputs.eval_files import csv_text
+
+            self.trackers.evaluation(summary, written, csv_text(summary))
         if not (self.quiet and self.as_json):
             stream = self.streams.stderr if self.as_json else self.streams.stdout
             terminal = self.streams.stderr_tty if self.as_json else self.streams.stdout_tty  # fitted to it; a file gets it whole

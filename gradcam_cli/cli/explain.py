@@ -21,7 +21,8 @@ from gradcam_cli.cli.options import parameter
 from gradcam_cli.cli.signals import HANDLED, StopRequests
 from gradcam_cli.errors import ExitCode, GradcamError, Interrupted, UsageError, warnings_said
 from gradcam_cli.settings import ExplainSettings, build_settings
-from gradcam_cli.option_table import OPTIONS, as_flag
+from gradcam_cli.option_table import OPTIONS
+from gradcam_cli.option_words import as_flag, in_flags
 
 CLI_ONLY = ("inputs", "json_lines", "config", "quiet")  # how to run, not what: no preset key, not in the settings
 
@@ -37,7 +38,39 @@ def explain(ctx: typer.Context, **given: Any) -> int:
     from gradcam_cli.inputs.shards import with_launcher
 
     settings = with_launcher(build_settings(values), os.environ)  # torchrun's or SLURM's share and local rank
-    return _run_explain(settings, inputs, command_streams(ctx), json_lines, quiet)
+    from gradcam_cli.inputs.checkpoints import swept_checkpoints
+    from gradcam_cli.integrations.trackers import open_trackers
+
+    sweep = swept_checkpoints(settings.model.weights)  # ⟨weights⟩ as a pattern: several checkpoints, in turn
+    trackers = open_trackers(settings.outputs, "explain")  # a tracker's missing library: one line, before the model loads
+    try:
+        if sweep is not None:
+            return _run_sweep(settings, sweep, inputs, command_streams(ctx), json_lines, quiet, trackers)
+        return _run_explain(settings, inputs, command_streams(ctx), json_lines, quiet, trackers)
+    finally:
+        trackers.close()
+
+
+def _run_sweep(
+    settings: ExplainSettings, sweep: list[Any], inputs: list[str], streams: Streams, json_lines: bool | None, quiet: bool, trackers: Any
+) -> int:
+    """Each checkpoint explained in turn (one model in memory at a time), its outputs in its own subfolder of the
+    output folder, logged to the trackers at its step: the same image's map through training."""
+    import gc
+    from dataclasses import replace
+
+    if "-" in inputs:
+        raise UsageError("a sweep of checkpoints (⟨weights~⟩ as a pattern) reads the inputs once per checkpoint: name them, not '-'")
+    codes = []
+    for number, checkpoint in enumerate(sweep, 1):
+        folder = settings.outputs.output_dir / checkpoint.folder
+        model, outputs = replace(settings.model, weights=checkpoint.path), replace(settings.outputs, output_dir=folder)
+        one = replace(settings, model=model, outputs=outputs)
+        if not quiet:
+            streams.warn(f"checkpoint {number} of {len(sweep)}: {checkpoint.path} (step {checkpoint.step}); outputs in {folder}/")
+        codes.append(_run_explain(one, inputs, streams, json_lines, quiet, trackers, checkpoint.step))
+        gc.collect()  # the last checkpoint's model goes before the next one loads
+    return max(codes)
 
 
 def command_streams(ctx: typer.Context) -> Streams:
@@ -61,7 +94,9 @@ def _merge_preset(ctx: typer.Context, given: dict[str, Any], config: Path | None
     return merged
 
 
-def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams, json_lines: bool | None, quiet: bool) -> int:
+def _run_explain(
+    settings: ExplainSettings, inputs: list[str], streams: Streams, json_lines: bool | None, quiet: bool, trackers: Any, step: int = 0
+) -> int:
     """What can be checked without the model first (no model load when no input holds an image), then the run,
     reported as it goes."""
     from gradcam_cli.inputs.sources import named_files
@@ -88,7 +123,7 @@ def _run_explain(settings: ExplainSettings, inputs: list[str], streams: Streams,
                 for path in named_files(inputs, settings.outputs.output_dir):  # known before any output is written
                     explainer.namer.protect(path)
                 found = input_sources(inputs, streams, settings, notice=None if scan else reporter.warn)
-                summary = _stream(explainer, stops, found, reporter, streams, quiet)
+                summary = _stream(explainer, stops, found, reporter, streams, quiet, (trackers, step))
         finally:
             reporter.close()
     return _finish(summary, settings, streams, quiet)
@@ -111,8 +146,17 @@ def _explainer(settings: ExplainSettings, reporter: Reporter, stops: StopRequest
     return RayRunner(Explainer(here, warn=lambda _m: None, checkpoint=stops.checkpoint), settings, reporter.warn)
 
 
-def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporter: Reporter, streams: Streams, quiet: bool) -> Any:
-    """The images explained, each record kept in the output folder's records file as it comes, then shown.
+def _stream(
+    explainer: Any,
+    stops: StopRequests,
+    sources: Iterator[Any],
+    reporter: Reporter,
+    streams: Streams,
+    quiet: bool,
+    tracking: tuple[Any, int],
+) -> Any:
+    """The images explained, each record kept in the output folder's records file as it comes, then shown, and sent
+    to the trackers asked for (at `tracking`'s step).
 
     The runs file gets the run's first line before any image and its last one
     after, also when the run is stopped; so does the report, with --report.
@@ -125,11 +169,15 @@ def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporte
     from gradcam_cli.inputs.shards import shard_of
 
     shard = shard_of(settings)
-    files = RunFiles(settings.outputs.output_dir, _run_line(explainer, streams), shard.suffix if shard else None)
+    line = _run_line(explainer, streams)
+    files = RunFiles(settings.outputs.output_dir, line, shard.suffix if shard else None)
+    trackers, step = tracking
+    trackers.start(line, settings.outputs.output_dir, lambda message: reporter.warn(in_flags(message)), step)
 
     def emit(record: Any) -> None:
         files.record(record)  # on disk before stdout, which may be gone (`| head`)
         reporter.record(record)
+        trackers.record(record)
 
     stopped = True
     try:
@@ -144,6 +192,7 @@ def _stream(explainer: Any, stops: StopRequests, sources: Iterator[Any], reporte
         raise Interrupted(late, error.exit_code) from None
     finally:
         files.finish(explainer.summary.counts(), interrupted=stopped)  # a stopped run's counts too
+        trackers.end_step()
         if settings.outputs.report:
             build_report_for(settings.outputs.output_dir, reporter, quiet)
     return summary

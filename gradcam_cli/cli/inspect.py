@@ -11,7 +11,8 @@ from gradcam_cli.cli.console import write_line
 from gradcam_cli.cli.explain import command_streams
 from gradcam_cli.errors import ExitCode
 from gradcam_cli.cli.options import parameter
-from gradcam_cli.option_table import BY_NAME, in_flags
+from gradcam_cli.option_table import BY_NAME
+from gradcam_cli.option_words import in_flags
 from gradcam_cli.values import parse_input_size, parse_kwarg
 from gradcam_cli.vocab import METHOD_NOTES
 

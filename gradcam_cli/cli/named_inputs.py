@@ -17,7 +17,7 @@ from typing import Any, TextIO, cast
 
 from gradcam_cli.cli.console import Streams
 from gradcam_cli.errors import GradcamError, OutputError
-from gradcam_cli.option_table import as_flag
+from gradcam_cli.option_words import as_flag
 from gradcam_cli.settings import ExplainSettings
 
 EMPTY_STDIN = "-: stdin gave no paths; pipe the paths of images to it, one per line"

@@ -12,7 +12,8 @@ from typing import Any
 from collections.abc import Callable
 
 from gradcam_cli.errors import UsageError, one_line
-from gradcam_cli.option_table import Option, preset_keys
+from gradcam_cli.option_table import Option
+from gradcam_cli.option_words import preset_keys
 
 
 def _as_bool(key: str, value: Any) -> bool:

@@ -40,7 +40,7 @@ from gradcam_cli.run.evaluation_units import BatchMaps, Decoded, Units, eval_uni
 from gradcam_cli.run.prepare import PreparedRun, prepare_run
 from gradcam_cli.run.workers import default_workers, ordered_map
 from gradcam_cli.settings import ExplainSettings
-from gradcam_cli.option_table import as_flag, in_flags
+from gradcam_cli.option_words import as_flag, in_flags
 from gradcam_cli.vocab import Method, Norm
 
 BASELINES = ("random", "centre", "edges")  # model-blind maps set beside every method

@@ -44,7 +44,7 @@ from gradcam_cli.inputs.volume_slices import WholeVolume
 from gradcam_cli.model.blocks import input_channels_3d
 from gradcam_cli.inputs.video import Clip, FramePick
 from gradcam_cli.settings import ExplainSettings
-from gradcam_cli.option_table import as_flag, in_flags
+from gradcam_cli.option_words import as_flag, in_flags
 from gradcam_cli.vocab import Norm, TargetKind
 from gradcam_cli.timings import stamp
 

@@ -297,7 +297,7 @@ class RayRunner:
     def __init__(self, explainer: Explainer, settings: ExplainSettings, warn: Callable[[str], None]) -> None:
         import copy
 
-        from gradcam_cli.option_table import in_flags
+        from gradcam_cli.option_words import in_flags
 
         address = str(settings.run.ray)
         connect(address)

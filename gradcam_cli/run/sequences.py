@@ -27,7 +27,7 @@ from gradcam_cli.inputs.volume_slices import WholeVolume
 from gradcam_cli.maps import CamBatch
 from gradcam_cli.model.data_config import DataConfig
 from gradcam_cli.outputs.frame_files import at_frame, clip_pictures, frame_picture, volume_picture
-from gradcam_cli.option_table import as_flag, in_flags
+from gradcam_cli.option_words import as_flag, in_flags
 from gradcam_cli.outputs.records import ImageRecord
 from gradcam_cli.outputs.video_files import FramePicture, MapSmoother
 from gradcam_cli.outputs.writer import ResultWriter
