@@ -216,3 +216,26 @@ def test_a_sweep_refuses_stdin_in_one_line(tmp_path: Path) -> None:
     result = call_cli("explain", "-", *EXAMPLE_MODEL[:2], "--weights", tmp_path / "*.ckpt", "-o", tmp_path, stdin=str(SCENES[0]))
     assert result.code == 2
     assert "reads the inputs once per checkpoint" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_compare_lays_a_sweeps_checkpoints_out_as_rows(checkpoints: Path, tmp_path: Path) -> None:
+    labels = str(EXAMPLES / "shapes_model" / "labels.txt")
+    args = ("compare", SCENES[0], "-m", "test_resnet", "--labels", labels, "--methods", "gradcam,layercam", "--json")
+    result = call_cli(*args, "--weights", checkpoints / "epoch=*.ckpt", "-o", tmp_path / "grid")
+    assert result.code == 0, result.stderr
+    (record,) = result.records()
+    assert record["down"] == "checkpoints" and record["rows"] == ["epoch=0-step=2", "epoch=1-step=4", "epoch=2-step=6"]
+    assert {cell["layer"] for cell in record["cells"]} == {"layer4"}  # the model's default layer, as explain takes it
+    assert [cell["step"] for cell in record["cells"] if cell["col"] == 0] == [2, 4, 6]
+    last = call_cli("explain", SCENES[0], "-m", "test_resnet", "--labels", labels, "--weights", checkpoints / "epoch=2-step=6.ckpt",
+                    "-o", tmp_path / "last", "--json").records()[0]  # fmt: skip
+    assert record["class_index"] == last["class_index"]  # every cell explains the last checkpoint's class
+    grid = np.asarray(Image.open(record["output"]).convert("RGB"))
+    overlay = np.asarray(Image.open(last["outputs"][0]).convert("RGB"))
+    cell = next(c for c in record["cells"] if c["row"] == 2 and c["col"] == 0)
+    x, y, w, h = cell["box"]
+    shown = np.asarray(Image.fromarray(overlay).resize((w, h), Image.Resampling.BILINEAR)) if overlay.shape[:2] != (h, w) else overlay
+    assert np.abs(grid[y : y + h, x : x + w].astype(int) - shown.astype(int)).mean() < 3  # the cell is that checkpoint's overlay
+    several = call_cli(*args, "--weights", checkpoints / "*.ckpt", "--layers", "layer3,layer4", "-o", tmp_path / "no")
+    assert several.code == 2 and "give one in --layers" in several.stderr

@@ -23,7 +23,8 @@ import typer
 
 from gradcam_cli.cli.compare_cells import Columns
 from gradcam_cli.cli.console import NO_INPUT_GIVEN
-from gradcam_cli.cli.compare_run import CompareRecord, Comparison, in_compare_flags
+from gradcam_cli.cli.compare_record import CompareRecord, in_compare_flags
+from gradcam_cli.cli.compare_run import Comparison
 from gradcam_cli.cli.explain import command_streams
 from gradcam_cli.cli.options import own_option, parameter, parse_methods
 from gradcam_cli.errors import GradcamError, UsageError, printable
@@ -65,10 +66,24 @@ def compare(ctx: typer.Context, methods: str, layers: str, detection: int | None
         as_json = (not streams.stdout_tty) if json_lines is None else json_lines
         from gradcam_cli.run.pipeline import model_prints_to_stderr
 
+        sweep, paths = _swept(settings.model.weights, parse_layers(layers))
         with model_prints_to_stderr():  # stdout carries the records only, whatever the model's code prints
-            return Comparison(settings, streams, as_json, quiet, detection).run(inputs, columns, parse_layers(layers))
+            return Comparison(settings, streams, as_json, quiet, detection).run(inputs, columns, paths, sweep)
     except GradcamError as error:
         raise in_compare_flags(error) from None
+
+
+def _swept(weights: Any, paths: list[str] | None) -> tuple[list[Any] | None, list[str] | None]:
+    """⟨weights⟩ as a pattern: its checkpoints are the rows, at one layer (⟨layers⟩ left at the stages: the model's
+    default layer); several layers with them would be a third axis on a two-dimensional grid, refused in one line."""
+    from gradcam_cli.inputs.checkpoints import swept_checkpoints
+
+    sweep = swept_checkpoints(weights)
+    if sweep is None:
+        return None, paths
+    if paths is not None and len(paths) > 1:
+        raise UsageError(f"the {len(sweep)} checkpoints of ⟨weights~⟩ are the grid's rows, so it shows one layer: give one in ⟨layers⟩")
+    return sweep, paths
 
 
 def parse_layers(text: str) -> list[str] | None:

@@ -11,13 +11,13 @@ Its messages name compare's own flags (`--methods`, `--layers`).
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from gradcam_cli.cli.compare_cells import Cell, Columns
-from gradcam_cli.cli.console import NO_IMAGE_FOUND, Reporter, Streams, names_input, progress_line
+from gradcam_cli.cli.compare_record import GRID_NAME, CompareRecord, GridReporter, compare_flag, in_compare_flags
+from gradcam_cli.cli.console import NO_IMAGE_FOUND, Streams, progress_line
 from gradcam_cli.cli.signals import HANDLED, StopRequests
 from gradcam_cli.errors import (
     ExitCode,
@@ -25,108 +25,25 @@ from gradcam_cli.errors import (
     InputError,
     Interrupted,
     OutputError,
+    UsageError,
     keep_marks,
     spelled,
     warnings_said,
 )
 from gradcam_cli.option_words import as_flag
-from gradcam_cli.outputs.text import described_score
 from gradcam_cli.settings import ExplainSettings
 from gradcam_cli.vocab import TargetKind
 
-GRID_NAME = "compare"  # OUT/<input path>.compare.png: explain's naming rule, with `compare` where it has the method
-OWN_FLAGS = {"method": "--methods", "layers": "--layers"}  # compare's spelling of the table's --method and --layer
-
-
-def compare_flag(name: str, rest: str | None) -> str:
-    """An option mark as compare's command line spells it: ⟨method=gradcam⟩ → --methods gradcam, ⟨layers⟩ → --layers."""
-    if name in OWN_FLAGS:
-        return f"{OWN_FLAGS[name]} {rest[1:]}" if rest and rest.startswith("=") else OWN_FLAGS[name]
-    return as_flag(name, rest)
-
-
-def in_compare_flags(error: GradcamError) -> GradcamError:
-    """The error with its option marks spelled as compare's flags (main would spell ⟨layers⟩ as explain's --layer)."""
-    error.message = spelled(error.message, compare_flag)
-    error.hint = spelled(error.hint, compare_flag) if error.hint else error.hint
-    return error
-
 
 @dataclass(frozen=True)
-class CompareRecord:
-    """What `gradcam compare` says of one image: its grid, what its cells explain, and where each cell of it is."""
+class Row:
+    """One row of the grid: its label, the model its cells explain with (a sweep's checkpoint), and its layer."""
 
-    input: str
-    ok: bool
-    error: str | None = None
-    model: str | None = None
-    class_index: int | None = None
-    class_name: str | None = None
-    probability: float | None = None
-    score: float | None = None  # the first cell's: its class's logit, a prompt's or the references' similarity
-    target: str | None = None  # what the cells explain, as explain's records say it: class, detection, prompt, reference…
-    prompts: list[str] | None = None  # a CLIP-style model's prompts (several: the columns)
-    references: list[str] | None = None  # an embedding model's reference images, the similarity to their mean
-    output: str | None = None
-    outputs: list[str] = field(default_factory=list)  # the grid again, where `gradcam report` looks for a picture
-    rows: list[str] = field(default_factory=list)  # the layers, top to bottom
-    resolutions: list[list[int] | None] = field(default_factory=list)  # each row's map: [height, width] (None: not known)
-    across: str = "methods"  # what the columns are: methods, or (several prompts) prompts
-    columns: list[str] = field(default_factory=list)  # the methods, or the prompts, left to right
-    cells: list[dict[str, Any]] = field(default_factory=list)  # row, col, layer, method, class_index, class_name, score, blank,
-    # range, box [x, y, w, h]
-
-    def to_json(self) -> str:
-        from gradcam_cli.outputs.records import utf8
-
-        record = {k: utf8(v) if isinstance(v, str) else v for k, v in asdict(self).items()}
-        return json.dumps(record, ensure_ascii=False, allow_nan=False)
-
-    def human_line(self) -> str:
-        if not self.ok:
-            error = self.error or "failed"
-            return f"✗ {error}" if names_input(error, self.input) else f"✗ {self.input}: {error}"
-        blank = sum(cell["blank"] for cell in self.cells)
-        note = f"  ({blank} blank map{'s' if blank > 1 else ''}: no positive evidence there)" if blank else ""
-        size = f"{len(self.rows)}x{len(self.columns)} (layers x {self.across})"
-        return f"✓ {self.input} → {self.output}  {self._explains()}  {size}{note}"
-
-    def _explains(self) -> str:
-        """What the cells explain: a class and its probability, a prompt and its similarity, or the prompts' method."""
-        if self.across == "prompts":
-            return f"{len(self.columns)} prompts, {self.cells[0]['method'] if self.cells else ''}"
-        kind = TargetKind(self.target) if self.target in {kind.value for kind in TargetKind} else TargetKind.single_class
-        said = described_score(kind, self.class_index, self.class_name, self.score)
-        if said is not None:
-            return said
-        name = f" {self.class_name}" if self.class_name else ""
-        return f"class {self.class_index}{name}" + (f" p={self.probability:.3f}" if self.probability is not None else "")
-
-    def remarks(self) -> list[str]:
-        """What stderr says of the image beside its JSON record: why it failed, which cells are blank."""
-        if not self.ok:
-            return [self.error or f"{self.input}: failed"]
-        column = "class_name" if self.across == "prompts" else "method"
-        blank = [f"{cell[column]} @ {cell['layer']}" for cell in self.cells if cell["blank"]]
-        return [f"{self.input}: blank maps (no positive evidence) for {', '.join(blank)}"] if blank else []
-
-
-class GridReporter(Reporter):
-    """explain's console, for grids: the record (and its remarks) or the line, above the progress line, which advances."""
-
-    def record(self, record: CompareRecord) -> None:
-        from gradcam_cli.outputs.records import ImageRecord
-
-        if self.stdout_closed:
-            return
-        if self.as_json:
-            for remark in record.remarks():
-                self.warn(remark)
-            self._out(record.to_json())
-        else:
-            self._out(record.human_line())
-        if self.progress:
-            self.progress.advance(ImageRecord(input=record.input, ok=record.ok))
+    label: str
+    ready: Any
+    layer: str
+    size: tuple[int, int] | None = None  # the layer's map, height x width (None: not known)
+    step: int | None = None  # a sweep's: the checkpoint's step
 
 
 class Comparison:
@@ -141,6 +58,7 @@ class Comparison:
         self.total = 0
         self.folders: Any = None  # outputs/files.Folders of the run (imported with the engine, not with --help)
         self.kind = TargetKind.single_class  # what the cells explain, as the prepared run says it
+        self.sweep: list[Any] | None = None  # a sweep of ⟨weights⟩: inputs/checkpoints.Checkpoint, the rows
         self.matched: Any = None  # model/towers.Matched: the prompts or references the model scores against (None: neither)
 
     def warn(self, message: str) -> None:
@@ -150,8 +68,10 @@ class Comparison:
             self.said.add(text)
             self.reporter.warn(text)
 
-    def run(self, inputs: list[str], columns: Columns, paths: list[str] | None) -> int:
-        """Scan, load, compare; a signal stops the run before the next cell, the grids written so far kept."""
+    def run(self, inputs: list[str], columns: Columns, paths: list[str] | None, sweep: list[Any] | None = None) -> int:
+        """Scan, load, compare; a signal stops the run before the next cell, the grids written so far kept. With a
+        `sweep` of checkpoints the rows are the checkpoints, each its own model, at one layer."""
+        self.sweep = sweep
         from gradcam_cli.inputs.sources import iter_sources
 
         stops = StopRequests()
@@ -187,21 +107,20 @@ class Comparison:
         output_dir = self.settings.outputs.output_dir
         ensure_writable(output_dir)
         self.folders = Folders()
-        ready, rows = self._load(paths)
-        self._prepare(ready, rows, columns)
-        resolutions = self._resolutions(ready, rows)
+        rows = self._rows(paths)
+        self._prepare(rows, columns)
         if self.reporter.progress:
             self.reporter.progress.loaded()
         namer = OutputNamer(output_dir, GRID_NAME)
         for source in sources:  # known before any grid is written: none may replace an input
             namer.protect(source.path)
-        files = self._run_files(ready, rows, columns)
+        files = self._run_files(rows, columns)
         stopped = True
         try:
             with stops.deferred():  # a signal waits for the next cell
                 for source in sources:
                     stops.checkpoint()
-                    record = self._one(stops, ready, namer, source, rows, resolutions, columns)
+                    record = self._one(stops, namer, source, rows, columns)
                     files.records.write(record.to_json())  # on disk before stdout, which may be gone (`| head`)
                     self.records.append(record)
                     self.reporter.record(record)
@@ -210,29 +129,53 @@ class Comparison:
             failed = sum(not record.ok for record in self.records)
             files.finish({"total": len(self.records), "done": len(self.records) - failed, "failed": failed}, interrupted=stopped)
 
-    def _load(self, paths: list[str] | None) -> tuple[Any, list[str]]:
-        """The model as explain() takes it, and the rows' layers, canonical; a bad layer stops here, before any image."""
+    def _rows(self, paths: list[str] | None) -> list[Row]:
+        """The layers, top to bottom, on the model; with a sweep, its checkpoints at the one layer (the model's default
+        when ⟨layers⟩ are the stages), each loaded once. A bad layer stops here, before any image."""
+        if not self.sweep:
+            ready, layers = self._load(paths, self.settings.model.weights)
+            return [Row(layer, ready, layer, size) for layer, size in zip(layers, self._resolutions(ready, layers))]
+        rows = []
+        for checkpoint in self.sweep:
+            ready, layers = self._load(paths if paths else [], checkpoint.path)
+            layer = layers[0] if layers else self._default_layer(ready)
+            rows.append(Row(checkpoint.folder, ready, layer, self._resolutions(ready, [layer])[0], checkpoint.step))
+        return rows
+
+    def _load(self, paths: list[str] | None, weights: Path | None) -> tuple[Any, list[str]]:
+        """The model as explain() takes it, and the rows' layers, canonical ([]: none asked)."""
         from gradcam_cli import api
         from gradcam_cli.layers.paths import resolve_layer
         from gradcam_cli.layers.stages import stage_paths
 
         model = self.settings.model
         ready = api.load_model(  # its notices are Notice warnings: run() says them in compare's flags
-            model.name, model.weights, model.labels, pretrained=model.pretrained, device=self.settings.run.device,
+            model.name, weights, model.labels, pretrained=model.pretrained, device=self.settings.run.device,
             model_kwargs=dict(model.kwargs), ema=model.ema, output=model.output, trust_pickle=model.trust_pickle, **model.preprocessing(),
         )  # fmt: skip
         if paths is None:
             return ready, stage_paths(ready.model, ready.arch, ready.source, notice=self.warn, input_hw=ready.data_config.input_hw)
         return ready, list(dict.fromkeys(resolve_layer(ready.model, path, ready.name).name for path in paths))
 
-    def _prepare(self, ready: Any, rows: list[str], columns: Columns) -> None:
+    def _default_layer(self, ready: Any) -> str:
+        """The layer `gradcam explain` takes on this model when none is named."""
+        from gradcam_cli.run.prepare import prepare_run
+
+        prepared = prepare_run(self.settings, loaded=ready, device=ready.device, warn=lambda _m: None)
+        if len(prepared.layers) > 1:
+            names = ", ".join(layer.name for layer in prepared.layers)
+            raise UsageError(f"a sweep's rows are checkpoints at one layer; the model's default is several ({names}): name one in ⟨layers⟩")
+        return prepared.layers[0].name
+
+    def _prepare(self, rows: list[Row], columns: Columns) -> None:
         """Each method prepared as explain prepares a run, on every row, before any image: its options checked, the
         classes found, and what scorecam's and ablationcam's masked forwards will cost said."""
         from gradcam_cli.run.prepare import prepare_run
         from gradcam_cli.vocab import Method
 
         for method in columns.methods:
-            target = replace(self.settings.target, method=Method(method), layers=tuple(rows))
+            target = replace(self.settings.target, method=Method(method), layers=tuple(dict.fromkeys(row.layer for row in rows)))
+            ready = rows[0].ready
             prepared = prepare_run(replace(self.settings, target=target), loaded=ready, device=ready.device, warn=self.warn)
             for notice in prepared.notices:
                 self.warn(notice)
@@ -248,32 +191,28 @@ class Comparison:
             sizes = {}
         return [sizes.get(layer, self.settings.target.grid) for layer in rows]
 
-    def _run_files(self, ready: Any, rows: list[str], columns: Columns) -> Any:
+    def _run_files(self, rows: list[Row], columns: Columns) -> Any:
         """The output folder's records file and the run's lines in its runs file, as explain and eval keep them."""
         from gradcam_cli import __version__
         from gradcam_cli.outputs.run_files import RunFiles, run_line
 
         what = run_line(
-            self.settings, self.streams.command, version=__version__, model=ready.name, method=",".join(columns.methods), layers=rows,
-            device=str(ready.device),
+            self.settings, self.streams.command, version=__version__, model=rows[0].ready.name, method=",".join(columns.methods),
+            layers=list(dict.fromkeys(row.layer for row in rows)), device=str(rows[0].ready.device),
         )  # fmt: skip
         return RunFiles(self.settings.outputs.output_dir, what)
 
-    def _one(
-        self, stops: StopRequests, ready: Any, namer: Any, source: Any, rows: list[str], resolutions: list, columns: Columns
-    ) -> CompareRecord:
+    def _one(self, stops: StopRequests, namer: Any, source: Any, rows: list[Row], columns: Columns) -> CompareRecord:
         """One image's record: its grid written, or why it failed (the other images go on)."""
         try:
             if source.error:
                 raise InputError(source.error)
-            return self._grid(stops, ready, namer, source, rows, resolutions, columns)
+            return self._grid(stops, namer, source, rows, columns)
         except InputError as error:  # explain() names an array input `<array>`: here it has its path
             message = in_compare_flags(error).spelled(as_flag).replace("<array>", str(source.path), 1)
             return self._failed(source.path, message)
 
-    def _grid(
-        self, stops: StopRequests, ready: Any, namer: Any, source: Any, rows: list[str], resolutions: list, columns: Columns
-    ) -> CompareRecord:
+    def _grid(self, stops: StopRequests, namer: Any, source: Any, rows: list[Row], columns: Columns) -> CompareRecord:
         """The image's cells, each as explain() gives it, drawn into the grid and written; its record."""
         from gradcam_cli.inputs.decode import load_image
         from gradcam_cli.outputs.grid import draw_grid
@@ -284,19 +223,20 @@ class Comparison:
         base = OutputNamer.base_for(source.relative)
         output = namer.paths(base, None, False)[0]
         photo = load_image(source.path, self.settings.inputs.max_pixels)
-        cells = self._cells(stops, photo, ready, source.path, rows, columns)
-        first = cells[0][0]
-        notes = [f"{size[0]}x{size[1]}" if size else "" for size in resolutions]
+        cells = self._cells(stops, photo, source.path, rows, columns)
+        first, ready = cells[-1 if self.sweep else 0][0], rows[-1].ready  # a sweep's cells explain its last checkpoint's class
+        notes = [_note(row) for row in rows]
         scale = EACH_RAW if self.settings.maps.norm is Norm.none else MINMAX
         grid = draw_grid(
-            photo, [[cell.overlay_rgb for cell in row] for row in cells], rows=rows, columns=columns.names,
+            photo, [[cell.overlay_rgb for cell in row] for row in cells], rows=[row.label for row in rows], columns=columns.names,
             header=columns.header(first, self.kind, ready.name), notes=notes, scale=scale, colormap=self.settings.outputs.colormap,
             column_notes=columns.notes(cells[0]),
         )  # fmt: skip
         self._write(output, grid.picture)
         methods = [columns.methods[0 if columns.by_prompt else c] for c in range(len(columns.names))]
         boxes = [
-            {"row": r, "col": c, "layer": rows[r], "method": methods[c], "class_index": cell.class_index, "class_name": cell.class_name,
+            {"row": r, "col": c, "layer": rows[r].layer, **({"step": rows[r].step} if self.sweep else {}), "method": methods[c],
+             "class_index": cell.class_index, "class_name": cell.class_name,
              "score": round(cell.score, 6), "blank": cell.blank, "range": cell.range, "box": list(box)}
             for r, row in enumerate(grid.cells)
             for c, (box, cell) in enumerate(zip(row, cells[r]))
@@ -307,26 +247,28 @@ class Comparison:
             probability=first.probability, score=round(first.score, 6), target=self.kind.value,
             prompts=list(matched.prompts) if matched and matched.task == "prompt" else None,
             references=list(matched.references) if matched and matched.references else None, output=str(output),
-            outputs=[str(output)], rows=rows, resolutions=[list(size) if size else None for size in resolutions], across=columns.what,
+            outputs=[str(output)], rows=[row.label for row in rows], down="checkpoints" if self.sweep else "layers",
+            resolutions=[list(row.size) if row.size else None for row in rows], across=columns.what,
             columns=columns.names, cells=boxes,
         )  # fmt: skip
 
-    def _cells(self, stops: StopRequests, photo: Any, ready: Any, path: Path, rows: list[str], columns: Columns) -> list[list[Cell]]:
-        """Every cell of the image, the progress line saying which; a stop request is honoured before each explain()."""
+    def _cells(self, stops: StopRequests, photo: Any, path: Path, rows: list[Row], columns: Columns) -> list[list[Cell]]:
+        """Every cell of the image, the progress line saying which; a stop request is honoured before each explain().
+        A sweep's rows are done last checkpoint first, so every cell explains the trained model's class."""
         classes: Any = self.settings.target.classes[0] if self.settings.target.classes else None
         progress = self.reporter.progress
-        cells: list[list[Cell]] = []
-        for r, layer in enumerate(rows):
-            cells.append([])
+        cells: list[list[Cell]] = [[] for _ in rows]
+        order = range(len(rows) - 1, -1, -1) if self.sweep else range(len(rows))
+        for done, r in enumerate(order):
             for c, method in enumerate(columns.methods):  # several prompts: one method, one explain() gives the row
                 stops.checkpoint()
                 if progress:
                     count = len(columns.methods)
-                    progress.doing(f"{path.name}: {method} @ {layer} ({r * count + c + 1}/{len(rows) * count})")
-                row = columns.cells(self._explain(photo, ready, layer, method, classes), self.detection)
+                    progress.doing(f"{path.name}: {method} @ {rows[r].label} ({done * count + c + 1}/{len(rows) * count})")
+                row = columns.cells(self._explain(photo, rows[r].ready, rows[r].layer, method, classes), self.detection)
                 if row[0].detection is None and self.kind not in (TargetKind.prompt, TargetKind.reference):
                     classes = row[0].class_index  # every cell explains the class of the first (a detector's: the same detection)
-                cells[-1].extend(row)
+                cells[r].extend(row)
         return cells
 
     def _explain(self, photo: Any, ready: Any, layer: str, method: str, classes: Any) -> Any:
@@ -368,3 +310,9 @@ class Comparison:
             where = f"; grids in {self.settings.outputs.output_dir}/" if failed < len(records) else ""
             self.streams.warn(f"compared {len(records) - failed} of {len(records)} images{f', {failed} failed' if failed else ''}{where}")
         return ExitCode.SOME_INPUTS_FAILED if failed else ExitCode.OK
+
+
+def _note(row: Row) -> str:
+    """Under a row's label: a checkpoint's step, and the layer's map size."""
+    size = f"{row.size[0]}x{row.size[1]}" if row.size else ""
+    return f"step {row.step}" + (f", {row.layer} {size}".rstrip() if size else "") if row.step is not None else size
