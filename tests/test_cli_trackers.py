@@ -239,3 +239,17 @@ def test_compare_lays_a_sweeps_checkpoints_out_as_rows(checkpoints: Path, tmp_pa
     assert np.abs(grid[y : y + h, x : x + w].astype(int) - shown.astype(int)).mean() < 3  # the cell is that checkpoint's overlay
     several = call_cli(*args, "--weights", checkpoints / "*.ckpt", "--layers", "layer3,layer4", "-o", tmp_path / "no")
     assert several.code == 2 and "give one in --layers" in several.stderr
+
+
+@pytest.mark.slow
+def test_eval_over_a_sweep_logs_each_checkpoints_means_at_its_step(checkpoints: Path, tmp_path: Path) -> None:
+    labels = str(EXAMPLES / "shapes_model" / "labels.txt")
+    out, board = tmp_path / "ev", tmp_path / "board"
+    args = ("eval", *SCENES[:2], "-m", "test_resnet", "--labels", labels, "--methods", "gradcam", "--metrics", "deletion")
+    result = call_cli(*args, "--steps", "4", "--weights", checkpoints / "*.ckpt", "-o", out, "--tensorboard", board, "--json")
+    assert result.code == 0, result.stderr
+    scalars = _events(board).Scalars("eval/gradcam/deletion")
+    assert [s.step for s in scalars] == [2, 4, 6]
+    for scalar, name in zip(scalars, ["epoch=0-step=2", "epoch=1-step=4", "epoch=2-step=6"]):
+        summary = json.loads((out / name / "eval.json").read_text())
+        assert scalar.value == pytest.approx(summary["results"]["gradcam"]["deletion"]["mean"], rel=1e-6)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import replace
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,14 +71,31 @@ def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, 
     as_json = (not streams.stdout_tty) if json_lines is None else json_lines
     from gradcam_cli.run.pipeline import model_prints_to_stderr
 
+    from gradcam_cli.inputs.checkpoints import swept_checkpoints
     from gradcam_cli.integrations.trackers import open_trackers
 
+    sweep = swept_checkpoints(settings.model.weights)  # ⟨weights⟩ as a pattern: each checkpoint evaluated in turn
     trackers = open_trackers(settings.outputs, "eval")  # a tracker's missing library: one line, before the model loads
     try:
         with model_prints_to_stderr():  # stdout carries the records only, whatever the model's code prints
-            return _Evaluation(settings, plan, streams, as_json, quiet, trackers).run(inputs)
+            if sweep is None:
+                return _Evaluation(settings, plan, streams, as_json, quiet, trackers).run(inputs)
+            return max(
+                _Evaluation(one, plan, streams, as_json, quiet, trackers, step).run(inputs)
+                for one, step in _swept(settings, sweep, streams, quiet)
+            )
     finally:
         trackers.close()
+
+
+def _swept(settings: ExplainSettings, sweep: list[Any], streams: Streams, quiet: bool) -> Iterator[tuple[ExplainSettings, int]]:
+    """Each checkpoint's settings (its weights, its subfolder of the output folder) and step, said as it starts."""
+    for number, checkpoint in enumerate(sweep, 1):
+        folder = settings.outputs.output_dir / checkpoint.folder
+        if not quiet:
+            streams.warn(f"checkpoint {number} of {len(sweep)}: {checkpoint.path} (step {checkpoint.step}); outputs in {folder}/")
+        model, outputs = replace(settings.model, weights=checkpoint.path), replace(settings.outputs, output_dir=folder)
+        yield replace(settings, model=model, outputs=outputs), checkpoint.step
 
 
 def _metrics(text: str | None) -> tuple[Metric, ...]:
@@ -102,9 +120,11 @@ def _boxes(text: str | None) -> Path | None:
 class _Evaluation:
     """One run of `gradcam eval`: sources scanned, the evaluator prepared, records streamed, summaries at the end."""
 
-    def __init__(self, settings: ExplainSettings, plan: Any, streams: Streams, as_json: bool, quiet: bool, trackers: Any) -> None:
+    def __init__(
+        self, settings: ExplainSettings, plan: Any, streams: Streams, as_json: bool, quiet: bool, trackers: Any, step: int = 0
+    ) -> None:
         self.settings, self.plan, self.streams, self.as_json, self.quiet = settings, plan, streams, as_json, quiet
-        self.trackers = trackers  # ⟨tensorboard⟩, ⟨wandb⟩: the summary's means, table and charts go there too
+        self.trackers, self.step = trackers, step  # ⟨tensorboard⟩, ⟨wandb⟩: the summary's means, table and charts, at `step`
         self.failed: list[str] = []
 
     def run(self, inputs: list[str]) -> int:
@@ -147,7 +167,7 @@ class _Evaluation:
         ensure_writable(output_dir)
         line = _run_line(evaluator, self.streams)
         files = RunFiles(output_dir, line)
-        self.trackers.start(line, output_dir, lambda message: warn(in_flags(message)))
+        self.trackers.start(line, output_dir, lambda message: warn(in_flags(message)), self.step)
 
         def emit(record: Any) -> None:
             files.record(record)
