@@ -18,6 +18,8 @@ from PIL import Image
 from conftest import EXAMPLE_MODEL, EXAMPLES, call_cli, require
 from gradcam_cli.errors import UsageError
 from gradcam_cli.inputs.checkpoints import swept_checkpoints
+from gradcam_cli.integrations.trackers import pictures_of
+from gradcam_cli.outputs.records import ImageRecord
 
 require("tensorboard")
 
@@ -55,6 +57,9 @@ def test_explain_sends_each_overlay_and_the_records_table_to_tensorboard(tmp_pat
         assert np.array_equal(_decoded(logged), np.asarray(Image.open(overlay).convert("RGB")))  # the PNG itself, lossless
     ((step, table),) = _text(events, "records")
     assert step == 0
+    for record in records:  # what W&B captions each overlay with
+        (picture,) = pictures_of(ImageRecord.from_json(json.dumps(record)), out)
+        assert picture.caption == f"{record['class_name']} p={record['probability']:.2f}"
     lines = table.splitlines()
     assert lines[0].startswith("| input | frame | slice | class | probability")
     assert len(lines) == 2 + len(SCENES)
@@ -104,6 +109,29 @@ def test_a_tracker_that_cannot_start_is_named_once_and_the_files_are_written(tmp
     said = [line for line in result.stderr.splitlines() if "--tensorboard" in line]
     assert len(said) == 1 and "cannot start" in said[0] and "written without it" in said[0], result.stderr
     assert len(result.records()) == len(SCENES) and all(Path(r["outputs"][0]).is_file() for r in result.records())
+
+
+def test_a_tracker_failing_mid_run_is_named_once_and_dropped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gradcam_cli.integrations import trackers
+
+    calls: list[int] = []
+    real = trackers.TensorBoardBackend.pictures
+
+    def fails_second_time(self: Any, pictures: Any, step: int) -> None:
+        calls.append(step)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(self, pictures, step)
+
+    monkeypatch.setattr(trackers.TensorBoardBackend, "pictures", fails_second_time)
+    board = tmp_path / "board"
+    result = call_cli("explain", *SCENES, *EXAMPLE_MODEL, "-o", tmp_path / "out", "--tensorboard", board, "--json", "--batch-size", "1")
+    assert result.code == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "--tensorboard" in line]
+    assert len(said) == 1 and "stopped logging (" in said[0] and "No space left on device" in said[0], result.stderr
+    assert len(calls) == 2  # dropped: never called again
+    assert len(result.records()) == len(SCENES) and all(Path(r["outputs"][0]).is_file() for r in result.records())
+    assert len(_events(board).Tags()["images"]) == 1  # what it logged before it failed stays
 
 
 def test_a_missing_tracker_library_is_one_line_before_the_model_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
