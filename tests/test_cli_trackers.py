@@ -67,6 +67,21 @@ def test_explain_sends_each_overlay_and_the_records_table_to_tensorboard(tmp_pat
         assert any(record["input"] in line and f"| {record['class_name']} |" in line for line in lines[2:])
 
 
+def test_a_volumes_montage_written_after_its_slices_records_is_logged_once(tmp_path: Path) -> None:
+    nibabel = require("nibabel")
+    volume = np.random.default_rng(0).normal(size=(32, 32, 4)).astype(np.float32)
+    nibabel.save(nibabel.Nifti1Image(volume, np.eye(4)), str(tmp_path / "scan.nii.gz"))
+    out, board = tmp_path / "out", tmp_path / "board"
+    result = call_cli("explain", tmp_path / "scan.nii.gz", *EXAMPLE_MODEL, "--slices", "axial", "-o", out, "--tensorboard", board, "--json")
+    assert result.code == 0, result.stderr
+    events = _events(board)
+    montage = next(Path(o) for o in result.records()[0]["outputs"] if o.endswith(".png"))
+    (logged,) = events.Images(montage.relative_to(out).with_suffix("").as_posix())
+    assert np.array_equal(_decoded(logged), np.asarray(Image.open(montage).convert("RGB")))
+    ((_, table),) = _text(events, "records")
+    assert len(table.splitlines()) == 2 + 4  # a row per slice
+
+
 def test_eval_sends_the_metric_means_table_and_charts(tmp_path: Path) -> None:
     out, board = tmp_path / "ev", tmp_path / "board"
     args = ("eval", *SCENES, *EXAMPLE_MODEL, "-o", out, "--methods", "gradcam,layercam", "--metrics", "deletion,insertion")

@@ -49,7 +49,7 @@ def pictures_of(record: Any, output_dir: Path) -> list[Picture]:
     for output in dict.fromkeys([*getattr(record, "outputs", []), *(t.overlay for t in record.targets if t.overlay)]):
         path = Path(output)
         if path.suffix.lower() != ".png":
-            continue  # a video, a NIfTI map, a raw array: the tracker gets the records' rows for them
+            continue  # a video, a NIfTI map, a raw array: the records' rows tell of them
         try:
             tag = path.relative_to(output_dir).with_suffix("").as_posix()
         except ValueError:
@@ -111,6 +111,7 @@ class Trackers:
         self.output_dir, self.step = Path("."), 0
         self.rows: list[list[Any]] = []
         self.logged: set[Path] = set()
+        self.pending: dict[Path, Picture] = {}  # a volume's montage, written after its slices' records: logged at the step's end
 
     def __bool__(self) -> bool:
         return bool(self.opened or self.backends)
@@ -118,7 +119,7 @@ class Trackers:
     def start(self, config: dict[str, Any], output_dir: Path, warn: Callable[[str], None], step: int = 0) -> None:
         """Open each tracker (the first time) with what the run is (`config`); from here on, log the records of
         `output_dir` at `step` (a sweep's checkpoint), failures said through `warn`."""
-        self.warn, self.output_dir, self.step, self.rows, self.logged = warn, output_dir, step, [], set()
+        self.warn, self.output_dir, self.step, self.rows, self.logged, self.pending = warn, output_dir, step, [], set(), {}
         for name, open_backend in list(self.opened.items()):
             del self.opened[name]
             try:
@@ -129,13 +130,19 @@ class Trackers:
     def record(self, record: Any) -> None:
         """A record's overlays as images, and its row kept for the step's table."""
         pictures = [p for p in pictures_of(record, self.output_dir) if p.path not in self.logged]
-        self.logged.update(p.path for p in pictures)
+        self.pending.update({p.path: p for p in pictures if not p.path.is_file()})
         self.rows.append(row_of(record))
+        self._log([p for p in pictures if p.path not in self.pending])
+
+    def _log(self, pictures: list[Picture]) -> None:
+        self.logged.update(p.path for p in pictures)
         if pictures:
             self._each(lambda backend: backend.pictures(pictures, self.step))
 
     def end_step(self) -> None:
-        """The step's records table, once its records are all in."""
+        """The pictures that came after their records (a volume's montage), and the step's records table."""
+        self._log([p for p in self.pending.values() if p.path.is_file()])
+        self.pending = {}
         if self.rows:
             rows, self.rows = self.rows, []
             self._each(lambda backend: backend.table("records", RECORD_COLUMNS, rows, self.step))
