@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import replace
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 
 from gradcam_cli.cli.console import NO_IMAGE_FOUND, NO_INPUT_GIVEN, ProgressLine, Streams, names_input, progress_line, write_line
-from gradcam_cli.cli.explain import build_report_for, command_streams
+from gradcam_cli.cli.explain import build_report_for, command_streams, swept_settings
 from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
 from gradcam_cli.cli.signals import StopRequests
 from gradcam_cli.errors import ExitCode, UsageError, warnings_said
@@ -82,20 +81,10 @@ def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, 
                 return _Evaluation(settings, plan, streams, as_json, quiet, trackers).run(inputs)
             return max(
                 _Evaluation(one, plan, streams, as_json, quiet, trackers, step).run(inputs)
-                for one, step in _swept(settings, sweep, streams, quiet)
+                for one, step in swept_settings(settings, sweep, streams, quiet)
             )
     finally:
         trackers.close()
-
-
-def _swept(settings: ExplainSettings, sweep: list[Any], streams: Streams, quiet: bool) -> Iterator[tuple[ExplainSettings, int]]:
-    """Each checkpoint's settings (its weights, its subfolder of the output folder) and step, said as it starts."""
-    for number, checkpoint in enumerate(sweep, 1):
-        folder = settings.outputs.output_dir / checkpoint.folder
-        if not quiet:
-            streams.warn(f"checkpoint {number} of {len(sweep)}: {checkpoint.path} (step {checkpoint.step}); outputs in {folder}/")
-        model, outputs = replace(settings.model, weights=checkpoint.path), replace(settings.outputs, output_dir=folder)
-        yield replace(settings, model=model, outputs=outputs), checkpoint.step
 
 
 def _metrics(text: str | None) -> tuple[Metric, ...]:

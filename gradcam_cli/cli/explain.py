@@ -57,20 +57,27 @@ def _run_sweep(
     """Each checkpoint explained in turn (one model in memory at a time), its outputs in its own subfolder of the
     output folder, logged to the trackers at its step: the same image's map through training."""
     import gc
-    from dataclasses import replace
 
     if "-" in inputs:
         raise UsageError("a sweep of checkpoints (⟨weights~⟩ as a pattern) reads the inputs once per checkpoint: name them, not '-'")
     codes = []
-    for number, checkpoint in enumerate(sweep, 1):
-        folder = settings.outputs.output_dir / checkpoint.folder
-        model, outputs = replace(settings.model, weights=checkpoint.path), replace(settings.outputs, output_dir=folder)
-        one = replace(settings, model=model, outputs=outputs)
-        if not quiet:
-            streams.warn(f"checkpoint {number} of {len(sweep)}: {checkpoint.path} (step {checkpoint.step}); outputs in {folder}/")
-        codes.append(_run_explain(one, inputs, streams, json_lines, quiet, trackers, checkpoint.step))
+    for one, step in swept_settings(settings, sweep, streams, quiet):
+        codes.append(_run_explain(one, inputs, streams, json_lines, quiet, trackers, step))
         gc.collect()  # the last checkpoint's model goes before the next one loads
     return max(codes)
+
+
+def swept_settings(settings: ExplainSettings, sweep: list[Any], streams: Streams, quiet: bool) -> Iterator[tuple[ExplainSettings, int]]:
+    """Each checkpoint's settings (its weights, its subfolder of the output folder) and step, said as it starts
+    (explain's and eval's sweeps)."""
+    from dataclasses import replace
+
+    for number, checkpoint in enumerate(sweep, 1):
+        folder = settings.outputs.output_dir / checkpoint.folder
+        if not quiet:
+            streams.warn(f"checkpoint {number} of {len(sweep)}: {checkpoint.path} (step {checkpoint.step}); outputs in {folder}/")
+        model, outputs = replace(settings.model, weights=checkpoint.path), replace(settings.outputs, output_dir=folder)
+        yield replace(settings, model=model, outputs=outputs), checkpoint.step
 
 
 def command_streams(ctx: typer.Context) -> Streams:
