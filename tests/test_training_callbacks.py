@@ -85,6 +85,12 @@ class NoImages(Logger):
         pass
 
 
+class Unwritable(NoImages):
+    """A logger whose folder cannot be made (under /dev/null): writing to it fails, named once, and training goes on."""
+
+    name, log_dir = "unwritable", "/dev/null/logs"
+
+
 def _data(count: int, seed: int) -> torch.utils.data.TensorDataset:
     shapes, rng = _shapes(), np.random.default_rng(seed)
     scenes = [shapes.make_scene(rng, 32, 32) for _ in range(count)]
@@ -93,9 +99,10 @@ def _data(count: int, seed: int) -> torch.utils.data.TensorDataset:
     return torch.utils.data.TensorDataset((x - mean) / std, torch.tensor([label for _, label, _ in scenes]))
 
 
-def _fit(folder: Path, callbacks: list, loggers: list | None = None) -> Shapes:
+def _fit(folder: Path, callbacks: list, loggers: list | None = None, val: Any = "shapes", module: Any = None) -> Shapes:
+    """Two epochs of 4 steps; `val`: the validation loader (default 8 scenes in one batch; None: none)."""
     lightning.seed_everything(0, verbose=False)
-    module = Shapes()
+    module = module or Shapes()
     trainer = lightning.Trainer(
         accelerator="cpu",
         max_epochs=2,
@@ -112,7 +119,7 @@ def _fit(folder: Path, callbacks: list, loggers: list | None = None) -> Shapes:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread in every fit (a module fixture runs before `one_thread`): the same sums
     try:
-        trainer.fit(module, train, torch.utils.data.DataLoader(_data(8, 2), batch_size=8))
+        trainer.fit(module, train, torch.utils.data.DataLoader(_data(8, 2), batch_size=8) if val == "shapes" else val)
     finally:
         torch.set_num_threads(threads)
     return module
@@ -154,7 +161,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, photos: list[Path]) -> dic
     folder = tmp_path_factory.mktemp("fit")
     each = Checked(photos, classes=0, class_names=CLASSES, size=32)
     second = Checked(photos, every_n_epochs=2, tag="second", layers="net.3", size=32)
-    loggers = [TensorBoardLogger(folder, name="tb"), CSVLogger(folder, name="csv"), NoImages()]
+    loggers = [TensorBoardLogger(folder, name="tb"), CSVLogger(folder, name="csv"), NoImages(), Unwritable()]
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
         module = _fit(folder, [each, second], loggers)
@@ -199,6 +206,9 @@ def test_csv_logger_gets_pngs_and_a_logger_without_a_folder_is_named_once(traine
     assert Image.open(root / "gradcam/epoch=1/cat.circle.png").size == (32, 32)
     named = [str(w.message) for w in trained["said"] if "NoImages" in str(w.message)]
     assert named == ["CamCallback: NoImages takes no images; its maps are skipped"] * 2  # once per callback
+    failed = [str(w.message) for w in trained["said"] if "Unwritable" in str(w.message)]
+    assert len(failed) == 2 and failed[0].startswith("CamCallback: could not write to Unwritable (NotADirectoryError: ")
+    assert trained["each"].seen[-1] == (8, False)  # and training went on to its end
 
 
 def test_the_loss_curve_is_bit_identical_without_the_callback(trained: dict[str, Any], tmp_path: Path) -> None:
@@ -286,3 +296,184 @@ def test_only_the_lightning_module_imports_lightning() -> None:
             if any(n.split(".")[0] in ("lightning", "pytorch_lightning", "tensorboard") for n in names):
                 importers.append(str(path.relative_to(package)))
     assert sorted(set(importers)) == ["integrations/lightning.py"]
+
+
+class Recorded(Checked):
+    """Checked, also keeping what each call showed and the normalised images it explained (one logger per fit)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.shown: list[list[Any]] = []
+        self.taken: list[torch.Tensor] = []
+
+    def _log(self, logger: Any, shown: list[Any], epoch: int, step: int) -> None:
+        assert self.watched.image_set is not None
+        self.shown.append(shown)
+        self.taken.append(self.watched.image_set.x.clone())
+        super()._log(logger, shown, epoch, step)
+
+
+METHODS, LAYERS = ["gradcam", "gradcam++"], ["net.0", "net.3"]
+
+
+def test_methods_by_layers_give_one_grid_per_image_whose_cells_are_the_single_overlays(tmp_path: Path, photos: list[Path]) -> None:
+    from gradcam_cli.outputs.grid import fit_cell
+
+    options: dict[str, Any] = {"classes": 0, "class_names": CLASSES, "size": 32}
+    grid = Recorded(photos, method=METHODS, layers=LAYERS, tag="grid", **options)
+    singles = {(m, layer): Recorded(photos, method=m, layers=layer, tag=f"{m}-{layer}", **options) for m in METHODS for layer in LAYERS}
+    logger = CSVLogger(tmp_path, name="csv")
+    _fit(tmp_path, [grid, *singles.values()], [logger])
+    assert len(grid.shown) == 2 and [(s.image, s.class_name) for s in grid.shown[1]] == [("cat", "circle"), ("dog", "circle")]
+    for epoch, shown in enumerate(grid.shown):
+        for k, item in enumerate(shown):
+            picture = np.asarray(item.overlay)
+            assert [len(row) for row in item.boxes] == [2, 2]  # rows the methods, columns the layers
+            for r, method in enumerate(METHODS):
+                for c, layer in enumerate(LAYERS):
+                    x, y, w, h = item.boxes[r][c]
+                    single = singles[(method, layer)].shown[epoch][k]
+                    assert (w, h) == (128, 128) and (item.cells[2 * r + c].method, item.cells[2 * r + c].layer) == (method, layer)
+                    cell = picture[y : y + h, x : x + w].astype(int)
+                    assert np.abs(cell - fit_cell(np.asarray(single.overlay), (w, h))).max() <= 1  # as the grid scales it
+    assert not np.array_equal(np.asarray(grid.shown[1][0].cells[0].overlay), np.asarray(grid.shown[1][0].cells[1].overlay))
+    saved = Image.open(Path(logger.log_dir) / "grid/epoch=1/cat.circle.png")  # the grid in the overlay's place
+    assert np.array_equal(np.asarray(saved), np.asarray(grid.shown[1][0].overlay))
+
+
+def test_a_grids_records_are_one_row_per_cell() -> None:
+    require("wandb")
+    from gradcam_cli.integrations.sinks import wandb_payload
+    from gradcam_cli.integrations.snapshot import Watched, image_set
+
+    model = _net().eval()
+    layers = ["0", "3"]  # the bare Sequential's net.0 and net.3
+    watched = Watched(torch.randn(2, 3, 16, 16), layers, "grid", {}, {"method": METHODS, "classes": 1})
+    watched.image_set = image_set(torch.randn(2, 3, 16, 16), model)
+    payload = wandb_payload(watched.explain(model), "grid", epoch=3)
+    assert sorted(payload) == ["grid/0/1", "grid/1/1", "grid/records"]
+    rows = payload["grid/records"].data
+    assert [(r[1], r[3], r[4], r[5]) for r in rows] == [("1", m, layer, 3) for _ in range(2) for m in METHODS for layer in layers]
+
+
+@pytest.mark.parametrize(("method", "named"), [("gradcamm", "'gradcamm'"), (["gradcam", "nomethod"], "'nomethod'"), ([], "[]")])
+def test_a_bad_method_stops_the_callback_when_made_in_one_line(method: Any, named: str, photos: list[Path]) -> None:
+    with pytest.raises(CamCallbackError) as error:
+        CamCallback(photos, method=method)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("CamCallback: ") and named in message
+
+
+class DictShapes(Shapes):
+    """Shapes whose forward returns a dict with `logits`, as many LightningModules' do."""
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:  # type: ignore[override]
+        return {"logits": self.net(x)}
+
+    def training_step(self, batch: Any, _index: int) -> torch.Tensor:
+        loss = nn.functional.cross_entropy(self(batch[0])["logits"], batch[1])
+        self.losses.append(float(loss))
+        return loss
+
+    def validation_step(self, batch: Any, _index: int) -> None:
+        self.log("val_loss", nn.functional.cross_entropy(self(batch[0])["logits"], batch[1]))
+
+
+def _denormalised(x: torch.Tensor) -> np.ndarray:
+    mean, std = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1), torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    return ((x * std + mean).clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+
+
+def test_images_n_are_the_first_n_validation_images_and_a_dict_output_is_read(tmp_path: Path) -> None:
+    three, many = Recorded(3, alpha=0.0), Recorded(20, tag="many")  # alpha 0: the overlay is the picture itself
+    val = _data(8, 2)
+    logger = CSVLogger(tmp_path, name="csv")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        _fit(tmp_path, [three, many], [logger], val=torch.utils.data.DataLoader(val, batch_size=2), module=DictShapes())
+    assert [s.image for s in three.shown[0]] == ["val0", "val1", "val2"]
+    assert all(torch.equal(x, val.tensors[0][:3]) for x in three.taken) and len(three.taken) == 2
+    for k, png in enumerate(sorted((Path(logger.log_dir) / "gradcam/epoch=1").glob("val*.png"))):
+        assert np.array_equal(np.asarray(Image.open(png)), _denormalised(val.tensors[0][k : k + 1])[0])
+    assert [len(shown) for shown in many.shown] == [8, 8]  # the loader holds 8: all of them, said once
+    told = [str(w.message) for w in said if "holds" in str(w.message)]
+    assert told == ["CamCallback: images=20, and the validation loader holds 8: showing 8"]
+
+
+def test_images_n_from_a_shuffling_loader_are_the_same_each_epoch_and_move_no_random_state(tmp_path: Path) -> None:
+    val = _data(8, 2)
+
+    def loader() -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(val, batch_size=4, shuffle=True)
+
+    taken = Recorded(3)
+    with_it = _fit(tmp_path / "with", [taken], [CSVLogger(tmp_path, name="with")], val=loader())
+    without = _fit(tmp_path / "without", [], [CSVLogger(tmp_path, name="without")], val=loader())
+    assert len(taken.taken) == 2 and torch.equal(taken.taken[0], taken.taken[1])
+    assert all(any(torch.equal(x, row) for row in val.tensors[0]) for x in taken.taken[0])  # each one of the loader's
+    assert with_it.losses == without.losses  # reading the shuffling loader drew no random number of training's
+
+
+def test_images_n_without_a_validation_loader_stops_at_setup_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(CamCallbackError) as error:
+        _fit(tmp_path, [CamCallback(4)], [CSVLogger(tmp_path, name="csv")], val=None, module=Counted())
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("CamCallback: images=4 takes the first 4 images") and "val_dataloaders" in message
+    for bad in (0, -2, True):
+        with pytest.raises(CamCallbackError, match="whole number of at least 1"):
+            CamCallback(bad)
+
+
+def test_explain_set_reads_a_dict_or_model_output_like_a_tensor(photos: list[Path]) -> None:
+    from gradcam_cli.integrations.snapshot import explain_set, image_set
+
+    require("transformers")
+    from transformers.modeling_outputs import SequenceClassifierOutput
+
+    class Returning(nn.Module):
+        def __init__(self, net: nn.Module, wrap: Any) -> None:
+            super().__init__()
+            self.net, self.wrap = net, wrap
+
+        def forward(self, x: torch.Tensor) -> Any:
+            return self.wrap(self.net(x))
+
+    torch.manual_seed(0)
+    net = _net().eval()
+    images = image_set(photos, net, size=32)
+    plain = explain_set(net, images, layers="3")
+    for wrap in (lambda t: {"aux": t * 0, "logits": t}, lambda t: SequenceClassifierOutput(logits=t)):
+        shown = explain_set(Returning(net, wrap), images, layers="net.3")
+        assert [(s.class_index, s.probability) for s in shown] == [(s.class_index, s.probability) for s in plain]
+        assert all(np.array_equal(np.asarray(a.overlay), np.asarray(b.overlay)) for a, b in zip(shown, plain))
+
+
+@pytest.mark.slow  # mlflow runs git for the run's source tags
+def test_lightning_mlflow_logger_gets_stepped_images_and_records(
+    tmp_path: Path, photos: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require("mlflow")
+    from lightning.pytorch.loggers import MLFlowLogger
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3's file store, offline, no database
+    logger = MLFlowLogger(tracking_uri=f"file:{tmp_path}/mlruns")
+    _fit(tmp_path, [CamCallback(photos, classes=0, class_names=CLASSES, size=32)], [logger])
+    _check_mlflow_run(MlflowClient(f"file:{tmp_path}/mlruns"), logger.run_id, [4, 8], tmp_path / "read")
+
+
+def _check_mlflow_run(client: Any, run_id: str, steps: list[int], folder: Path) -> None:
+    """The run's images are `gradcam/IMAGE/CLASS` at `steps` (files images/KEY+step+S+...png, `/` as `~`), 32x32 PNGs,
+    and its records one JSON per step."""
+    names = [a.path.removeprefix("images/") for a in client.list_artifacts(run_id, "images") if a.path.endswith(".png")]
+    assert sorted((n.split("+")[0], int(n.split("+")[2])) for n in names) == [
+        (f"gradcam~{image}~circle", step) for image in ("cat", "dog") for step in steps
+    ]
+    png = client.download_artifacts(run_id, f"images/{names[0]}", str(folder))
+    assert Image.open(png).size == (32, 32) and np.asarray(Image.open(png)).std() > 0
+    records = [a.path for a in client.list_artifacts(run_id, "gradcam/records")]
+    assert records == [f"gradcam/records/step={step}.json" for step in steps]
+    saved = __import__("json").loads(Path(client.download_artifacts(run_id, records[-1], str(folder))).read_text())
+    assert [(r["image"], r["class_name"], r["method"], r["layer"]) for r in saved["records"]] == [
+        (image, "circle", "gradcam", "default") for image in ("cat", "dog")
+    ]

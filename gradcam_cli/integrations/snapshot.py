@@ -12,7 +12,7 @@ import os
 import random
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,24 +24,16 @@ from torch import nn
 from gradcam_cli.api import ReadyModel, cam_batch
 from gradcam_cli.api_arguments import LayerSpec, as_resolved, photo_of
 from gradcam_cli.errors import GradcamError, UsageError
+from gradcam_cli.integrations.shown import Shown
+from gradcam_cli.integrations.grid_shown import checked_methods, grid_of, layer_label, layer_list
 from gradcam_cli.model.data_config import IMAGENET_MEAN, IMAGENET_STD
+from gradcam_cli.model.outputs import scores_view
 from gradcam_cli.model.state import eval_mode
 from gradcam_cli.option_table import DEFAULT_MAX_PIXELS
 from gradcam_cli.outputs.picture import draw
 from gradcam_cli.vocab import Colormap
 
 Images = str | os.PathLike | Image.Image | Sequence[str | os.PathLike | Image.Image] | torch.Tensor
-
-
-@dataclass(frozen=True)
-class Shown:
-    """One image's overlay for one class, with the names a tracker files it under."""
-
-    image: str  # the file's stem, else the image's index
-    class_index: int
-    class_name: str
-    probability: float
-    overlay: Image.Image
 
 
 @dataclass(frozen=True)
@@ -113,24 +105,33 @@ def check_layers(model: nn.Module, layers: LayerSpec | Sequence[LayerSpec] | Non
 
 
 @contextmanager
-def left_as_found(model: nn.Module) -> Iterator[None]:
-    """Inside: eval mode, autocast off, inference mode off; after: the random states, grads, modes and flags as found."""
+def kept_random_states() -> Iterator[None]:
+    """torch's (CPU and CUDA), numpy's and Python's random states as they were, after whatever ran inside."""
     states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    grads = [(p, p.grad, p.requires_grad) for p in model.parameters()]
     try:
-        with ExitStack() as stack:
-            stack.enter_context(eval_mode(model))
-            stack.enter_context(torch.inference_mode(False))  # Lightning validates under inference_mode
-            for kind in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
-                stack.enter_context(torch.autocast(kind, enabled=False))  # float32 maps under a mixed-precision trainer
-            yield
+        yield
     finally:
         torch.set_rng_state(states[0])
         np.random.set_state(states[1])
         random.setstate(states[2])
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
+
+
+@contextmanager
+def left_as_found(model: nn.Module) -> Iterator[None]:
+    """Inside: eval mode, autocast off, inference mode off; after: the random states, grads, modes and flags as found."""
+    grads = [(p, p.grad, p.requires_grad) for p in model.parameters()]
+    try:
+        with ExitStack() as stack:
+            stack.enter_context(kept_random_states())
+            stack.enter_context(eval_mode(model))
+            stack.enter_context(torch.inference_mode(False))  # Lightning validates under inference_mode
+            for kind in ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",):
+                stack.enter_context(torch.autocast(kind, enabled=False))  # float32 maps under a mixed-precision trainer
+            yield
+    finally:
         for p, grad, flag in grads:
             p.grad = grad
             p.requires_grad_(flag)
@@ -155,15 +156,17 @@ def explain_set(
         x = images.x.clone()
         if parameter is not None:
             x = x.to(parameter.device, parameter.dtype if parameter.dtype.is_floating_point else torch.float32)
-        batch = cam_batch(module, x, layers, method, classes).to_cpu()
+        # a forward returning a dict or a ModelOutput: its `logits` (model/outputs.py's rule), as `gradcam explain` reads them
+        batch = cam_batch(scores_view(module), x, layers, method, classes).to_cpu()
     probabilities = batch.logits.float().softmax(-1)
+    label = " + ".join(layer_label(module, layer) for layer in layer_list(layers))  # several: one map of them combined
     shown = []
     for i, image in enumerate(images.names):
         for k in batch.ranks(i):
             index = int(batch.targets[i, k])
             heat = draw(images.photos[i], batch.maps[i, k].float().numpy(), colormap=Colormap(colormap), alpha=alpha)
             name = str(names[index]) if names is not None and index < len(names) else str(index)
-            shown.append(Shown(image, index, name, float(probabilities[i, index]), Image.fromarray(heat)))
+            shown.append(Shown(image, index, name, float(probabilities[i, index]), Image.fromarray(heat), method, label))
     return shown
 
 
@@ -174,31 +177,61 @@ class CamCallbackError(UsageError):
 class Watched:
     """What a training callback explains each time: its images and layers, checked once on the model, and how it draws.
 
-    One piece for the Lightning and Hugging Face callbacks, so both check, explain and fail alike.
+    One piece for the Lightning and Hugging Face callbacks, so both check, explain and fail alike. `images` as a
+    whole number N waits for the callback to `take` the first N images of the validation loader.
     """
 
     def __init__(
-        self, images: Images, layers: LayerSpec | Sequence[LayerSpec] | None, tag: str, preprocessing: dict[str, Any],
+        self, images: Images | int, layers: LayerSpec | Sequence[LayerSpec] | None, tag: str, preprocessing: dict[str, Any],
         options: dict[str, Any],
     ) -> None:  # fmt: skip
+        try:
+            self.methods = checked_methods(options.pop("method", "gradcam"))
+        except GradcamError as error:
+            raise CamCallbackError(f"CamCallback: {error}") from None
+        if isinstance(images, int) and (isinstance(images, bool) or images < 1):
+            what = "a whole number of at least 1 (the first N validation images), paths or a tensor"
+            raise CamCallbackError(f"CamCallback: images={images!r}: give {what}")
         self.images, self.layers, self.tag = images, layers, tag
-        self.preprocessing, self.options = preprocessing, options  # image_set's; explain_set's
+        self.preprocessing, self.options = preprocessing, options  # image_set's; explain_set's, less the method
         self.image_set: ImageSet | None = None
+
+    @property
+    def count(self) -> int | None:
+        """N when the images are the validation loader's first N, else None."""
+        return self.images if isinstance(self.images, int) else None
 
     def check(self, model: nn.Module) -> None:
         """The images decoded and the layers resolved on `model` now: a bad one is one line, before training."""
         try:
-            self.image_set = image_set(self.images, model, **self.preprocessing)
+            if self.count is None:
+                self.image_set = image_set(self.images, model, **self.preprocessing)  # type: ignore[arg-type]
             check_layers(model, self.layers)
         except GradcamError as error:
             raise CamCallbackError(f"CamCallback: {error}") from None
 
+    def take(self, x: torch.Tensor, model: nn.Module) -> None:
+        """The validation images (N, 3, H, W), normalised, as the set from now on, named `val0`, `val1`, ..."""
+        try:
+            taken = image_set(x, model, mean=self.preprocessing["mean"], std=self.preprocessing["std"])
+        except GradcamError as error:
+            raise CamCallbackError(f"CamCallback: the validation loader's images: {error}") from None
+        self.image_set = replace(taken, names=[f"val{i}" for i in range(len(taken.names))])
+
     def explain(self, model: nn.Module) -> list[Shown]:
-        """The images' maps with `model` as it is now (checked first, if no check has run yet)."""
+        """The images' maps with `model` as it is now (checked first, if no check has run yet); several methods or
+        layers: one grid per image and class, rows the methods, columns the layers."""
         if self.image_set is None:
             self.check(model)
-        assert self.image_set is not None
-        return explain_set(model, self.image_set, layers=self.layers, **self.options)
+        assert self.image_set is not None, "images=N: the callback takes the validation images first"
+        layers = layer_list(self.layers)
+        if len(self.methods) * len(layers) == 1:
+            return explain_set(model, self.image_set, method=self.methods[0], layers=self.layers, **self.options)
+        runs = [explain_set(model, self.image_set, method=m, layers=layer, **self.options) for m in self.methods for layer in layers]
+        labels = [layer_label(module_of(model), layer) for layer in layers]
+        photos = dict(zip(self.image_set.names, self.image_set.photos))
+        colormap = self.options.get("colormap", "jet")
+        return [grid_of([run[k] for run in runs], photos[runs[0][k].image], self.methods, labels, colormap) for k in range(len(runs[0]))]
 
 
 def checked_every(value: object, name: str) -> int:
