@@ -29,7 +29,8 @@ lightning = require("lightning")
 
 import torch  # noqa: E402
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402
-from test_training_callbacks import CLASSES, _data, _fit, _net  # noqa: E402
+from test_training_callbacks import CLASSES, _check_mlflow_run, _data, _fit, _net  # noqa: E402
+from test_training_callbacks import mlflow_store_fixture  # noqa: E402, F401 - the fixture `mlflow_store`
 from torch import nn  # noqa: E402
 from transformers import Trainer, TrainingArguments  # noqa: E402
 from transformers.modeling_outputs import SequenceClassifierOutput  # noqa: E402
@@ -40,10 +41,7 @@ from gradcam_cli.integrations.transformers import CamCallback, CamCallbackError 
 
 
 class HfShapes(nn.Module):
-    """The shapes CNN as the Trainer takes a model: keyword inputs, a ModelOutput with `loss` (given labels) and `logits`.
-
-    (A plain dict would train too, but cam_batch reads class scores from `.logits` or a tensor, not a dict's key.)
-    """
+    """The shapes CNN as the Trainer takes a model: keyword inputs, a ModelOutput with `loss` (given labels) and `logits`."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -77,13 +75,13 @@ class Checked(CamCallback):
         self.seen.append(state.global_step)
 
 
-def _trainer(folder: Path, report_to: list[str], callback: CamCallback, model: nn.Module | None = None) -> Trainer:
+def _trainer(folder: Path, report_to: list[str], callback: CamCallback, model: nn.Module | None = None, evaluate: bool = True) -> Trainer:
     args = TrainingArguments(
         output_dir=str(folder),
         max_steps=4,
         per_device_train_batch_size=8,
         per_device_eval_batch_size=8,
-        eval_strategy="steps",
+        eval_strategy="steps" if evaluate else "no",
         eval_steps=2,
         logging_steps=1,
         save_strategy="no",
@@ -92,7 +90,9 @@ def _trainer(folder: Path, report_to: list[str], callback: CamCallback, model: n
         disable_tqdm=True,
         seed=0,
     )
-    trainer = Trainer(model=model or HfShapes(), args=args, train_dataset=_records(32, 1), eval_dataset=_records(8, 2))
+    trainer = Trainer(
+        model=model or HfShapes(), args=args, train_dataset=_records(32, 1), eval_dataset=_records(8, 2) if evaluate else None
+    )
     callback.attach(trainer)
     return trainer
 
@@ -198,3 +198,61 @@ def test_only_their_modules_import_transformers_and_wandb() -> None:
                 if name.split(".")[0] in importers:
                     importers[name.split(".")[0]].add(path.name)
     assert importers == {"transformers": {"transformers.py"}, "wandb": {"sinks.py", "trackers.py", "transformers.py"}}
+
+
+class Taken(Checked):
+    """Checked, also keeping the normalised images each evaluation explained."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.taken: list[torch.Tensor] = []
+
+    def _log(self, args: Any, state: Any, shown: list[Any]) -> None:
+        assert self.watched.image_set is not None
+        self.taken.append(self.watched.image_set.x.clone())
+        super()._log(args, state, shown)
+
+
+def _vit() -> nn.Module:
+    """A tiny ViT classifier from a config (no weights to fetch): its forward returns a ModelOutput with `logits`."""
+    from transformers import AutoModelForImageClassification, ViTConfig
+
+    torch.manual_seed(0)
+    config = ViTConfig(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, num_labels=4
+    )
+    return AutoModelForImageClassification.from_config(config)
+
+
+def test_hf_vit_explains_the_first_n_evaluation_images(tmp_path: Path) -> None:
+    callback = Taken(3, class_names=CLASSES)
+    _trainer(tmp_path, [], callback, _vit()).train()
+    assert callback.seen == [2, 4] and len(callback.taken) == 2
+    expected = torch.stack([record["pixel_values"] for record in _records(8, 2)[:3]])
+    assert all(torch.equal(x, expected) for x in callback.taken)  # the eval loader's first 3, the same at each evaluation
+    pngs = sorted(p.name.split(".")[0] for p in tmp_path.glob("gradcam/step=4/*.png"))
+    assert pngs == ["val0", "val1", "val2"]
+    assert Image.open(next(tmp_path.glob("gradcam/step=4/val0.*.png"))).size == (32, 32)
+
+
+def test_hf_images_n_without_an_eval_dataset_stops_before_the_first_step(tmp_path: Path) -> None:
+    with pytest.raises(CamCallbackError) as error:
+        _trainer(tmp_path, [], CamCallback(4), evaluate=False).train()
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("CamCallback: images=4 takes the first 4 images") and "eval_dataset" in message
+
+
+@pytest.mark.slow  # mlflow runs git for the run's source tags
+def test_hf_trainer_mlflow_run_holds_the_stepped_images_and_records(
+    mlflow_store: str, tmp_path: Path, photos: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store)  # as the Trainer's MLflowCallback is told where to log
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "gradcam-tests")
+    callback = Checked(photos, classes=0, class_names=CLASSES, size=32)
+    _trainer(tmp_path / "out", ["mlflow"], callback).train()
+    client = mlflow.MlflowClient(mlflow_store)
+    (run,) = client.search_runs([client.get_experiment_by_name("gradcam-tests").experiment_id])
+    assert callback.seen == [2, 4]
+    _check_mlflow_run(client, run.info.run_id, [2, 4], tmp_path / "read")

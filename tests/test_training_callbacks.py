@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import random
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -448,18 +449,25 @@ def test_explain_set_reads_a_dict_or_model_output_like_a_tensor(photos: list[Pat
         assert all(np.array_equal(np.asarray(a.overlay), np.asarray(b.overlay)) for a, b in zip(shown, plain))
 
 
+@pytest.fixture(name="mlflow_store")  # named, so tests/test_hf_callback.py can import it under another name
+def mlflow_store_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """An MLflow file store in tmp_path (offline, no database), its URI; after, no run and no tracking URI left set
+    (Lightning's MLFlowLogger sets the process's, and MLFLOW_TRACKING_URI with it)."""
+    mlflow = require("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3 refuses the file store without it
+    yield f"file:{tmp_path}/mlruns"
+    mlflow.end_run()
+    mlflow.set_tracking_uri(None)
+
+
 @pytest.mark.slow  # mlflow runs git for the run's source tags
-def test_lightning_mlflow_logger_gets_stepped_images_and_records(
-    tmp_path: Path, photos: list[Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    require("mlflow")
+def test_lightning_mlflow_logger_gets_stepped_images_and_records(mlflow_store: str, tmp_path: Path, photos: list[Path]) -> None:
     from lightning.pytorch.loggers import MLFlowLogger
     from mlflow import MlflowClient
 
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # mlflow 3's file store, offline, no database
-    logger = MLFlowLogger(tracking_uri=f"file:{tmp_path}/mlruns")
+    logger = MLFlowLogger(tracking_uri=mlflow_store)
     _fit(tmp_path, [CamCallback(photos, classes=0, class_names=CLASSES, size=32)], [logger])
-    _check_mlflow_run(MlflowClient(f"file:{tmp_path}/mlruns"), logger.run_id, [4, 8], tmp_path / "read")
+    _check_mlflow_run(MlflowClient(mlflow_store), logger.run_id, [4, 8], tmp_path / "read")
 
 
 def _check_mlflow_run(client: Any, run_id: str, steps: list[int], folder: Path) -> None:
