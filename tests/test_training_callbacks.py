@@ -415,6 +415,23 @@ def test_images_n_from_a_shuffling_loader_are_the_same_each_epoch_and_move_no_ra
     assert with_it.losses == without.losses  # reading the shuffling loader drew no random number of training's
 
 
+def test_the_validation_loader_and_its_batches_images_in_every_shape_trainers_give() -> None:
+    from gradcam_cli.integrations.val_images import batch_images, first_images, first_loader
+
+    x = torch.randn(5, 3, 8, 8)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, torch.zeros(5)), batch_size=2)
+    assert first_loader(loader) is loader and first_loader([loader, []]) is loader and first_loader({"a": loader}) is loader
+    assert first_loader(None) is None and first_loader([]) is None
+    for batch in (x, (x, 1), [x, 1], {"pixel_values": x, "labels": 1}, {"label": 1, "image": x}, {"input": x}):
+        assert batch_images(batch) is x
+    assert torch.equal(first_images(loader, 3), x[:3])  # across batches of 2
+    for batch, named in (({"labels": x}, "keys: labels"), ("text", "a validation batch is a str")):
+        with pytest.raises(CamCallbackError, match=named):
+            batch_images(batch)
+    with pytest.raises(CamCallbackError, match="the validation loader gave no images"):
+        first_images([], 2)
+
+
 def test_images_n_without_a_validation_loader_stops_at_setup_in_one_line(tmp_path: Path) -> None:
     with pytest.raises(CamCallbackError) as error:
         _fit(tmp_path, [CamCallback(4)], [CSVLogger(tmp_path, name="csv")], val=None, module=Counted())
