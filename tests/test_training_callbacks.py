@@ -355,6 +355,10 @@ def test_a_grids_records_are_one_row_per_cell() -> None:
     assert sorted(payload) == ["grid/0/1", "grid/1/1", "grid/records"]
     rows = payload["grid/records"].data
     assert [(r[1], r[3], r[4], r[5]) for r in rows] == [("1", m, layer, 3) for _ in range(2) for m in METHODS for layer in layers]
+    writer = Writer()  # log_cams takes the same: the grid in the overlay's place
+    shown = gradcam_cli.log_cams(model, watched.image_set.x, writer, step=2, method=METHODS, layers=layers, classes=1)
+    assert [len(s.cells) for s in shown] == [4, 4] and [c[0] for c in writer.calls] == ["gradcam/0/1", "gradcam/1/1"]
+    assert writer.calls[0][1] == np.asarray(shown[0].overlay).shape and writer.calls[0][1][1] > 3 * 128
 
 
 @pytest.mark.parametrize(("method", "named"), [("gradcamm", "'gradcamm'"), (["gradcam", "nomethod"], "'nomethod'"), ([], "[]")])

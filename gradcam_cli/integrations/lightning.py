@@ -16,10 +16,10 @@ from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogg
 
 from gradcam_cli.api_arguments import LayerSpec
 from gradcam_cli.errors import Notice
-from gradcam_cli.model.faults import fault_line
 from gradcam_cli.integrations.sinks import to_mlflow, to_pngs, to_writer, wandb_payload
 from gradcam_cli.integrations.snapshot import CamCallbackError, Images, Shown, Watched, checked_every
 from gradcam_cli.integrations.val_images import first_images, first_loader, no_loader
+from gradcam_cli.model.faults import fault_line
 
 __all__ = ["CamCallback", "CamCallbackError"]
 
@@ -80,7 +80,8 @@ class CamCallback(pl.Callback):
             try:
                 self._log(logger, shown, epoch, trainer.global_step)
             except Exception as error:  # noqa: BLE001 - a tracker that fails (a server gone) must not stop training
-                self._warn(f"CamCallback: could not write to {type(logger).__name__} ({fault_line(error)}); its maps are skipped")
+                name = type(logger).__name__
+                self._warn(f"fail {name}", f"CamCallback: could not write to {name} ({fault_line(error)}); its maps are skipped")
 
     def _log(self, logger: Any, shown: list[Shown], epoch: int, step: int) -> None:
         """To TensorBoard or W&B as images, to a logger with a folder as PNGs; any other named once and skipped."""
@@ -94,12 +95,12 @@ class CamCallback(pl.Callback):
         elif isinstance(getattr(logger, "log_dir", None), (str, Path)):
             to_pngs(Path(logger.log_dir) / watched.tag / f"epoch={epoch}", shown)
         else:
-            self._warn(f"CamCallback: {type(logger).__name__} takes no images; its maps are skipped")
+            self._warn(type(logger).__name__, f"CamCallback: {type(logger).__name__} takes no images; its maps are skipped")
 
-    def _warn(self, message: str) -> None:
-        """A logger the callback cannot write to, named once; training goes on."""
-        if message.split(" (")[0] not in self._warned:
-            self._warned.add(message.split(" (")[0])
+    def _warn(self, key: str, message: str) -> None:
+        """A logger the callback cannot write to, named once (per `key`); training goes on."""
+        if key not in self._warned:
+            self._warned.add(key)
             warnings.warn(Notice(message), stacklevel=3)
 
 

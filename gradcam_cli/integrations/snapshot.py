@@ -185,6 +185,7 @@ class Watched:
         self, images: Images | int, layers: LayerSpec | Sequence[LayerSpec] | None, tag: str, preprocessing: dict[str, Any],
         options: dict[str, Any],
     ) -> None:  # fmt: skip
+        options = dict(options)
         try:
             self.methods = checked_methods(options.pop("method", "gradcam"))
         except GradcamError as error:
@@ -219,19 +220,27 @@ class Watched:
         self.image_set = replace(taken, names=[f"val{i}" for i in range(len(taken.names))])
 
     def explain(self, model: nn.Module) -> list[Shown]:
-        """The images' maps with `model` as it is now (checked first, if no check has run yet); several methods or
-        layers: one grid per image and class, rows the methods, columns the layers."""
+        """The images' maps with `model` as it is now (checked first, if no check has run yet)."""
         if self.image_set is None:
             self.check(model)
         assert self.image_set is not None, "images=N: the callback takes the validation images first"
-        layers = layer_list(self.layers)
-        if len(self.methods) * len(layers) == 1:
-            return explain_set(model, self.image_set, method=self.methods[0], layers=self.layers, **self.options)
-        runs = [explain_set(model, self.image_set, method=m, layers=layer, **self.options) for m in self.methods for layer in layers]
-        labels = [layer_label(module_of(model), layer) for layer in layers]
-        photos = dict(zip(self.image_set.names, self.image_set.photos))
-        colormap = self.options.get("colormap", "jet")
-        return [grid_of([run[k] for run in runs], photos[runs[0][k].image], self.methods, labels, colormap) for k in range(len(runs[0]))]
+        return explained(model, self.image_set, self.methods, self.layers, self.options)
+
+
+def explained(
+    model: nn.Module | ReadyModel, images: ImageSet, methods: Sequence[str], layers: LayerSpec | Sequence[LayerSpec] | None,
+    options: dict[str, Any],
+) -> list[Shown]:  # fmt: skip
+    """explain_set for one method and layer; for several, one grid per image and class (rows the methods, columns the
+    layers), each cell what that method and layer alone give. `options`: explain_set's, less method and layers."""
+    columns = layer_list(layers)
+    if len(methods) * len(columns) == 1:
+        return explain_set(model, images, method=methods[0], layers=layers, **options)
+    runs = [explain_set(model, images, method=m, layers=layer, **options) for m in methods for layer in columns]
+    labels = [layer_label(module_of(model), layer) for layer in columns]
+    photos = dict(zip(images.names, images.photos))
+    colormap = options.get("colormap", "jet")
+    return [grid_of([run[k] for run in runs], photos[runs[0][k].image], methods, labels, colormap) for k in range(len(runs[0]))]
 
 
 def checked_every(value: object, name: str) -> int:

@@ -13,7 +13,8 @@ from torch import nn
 from gradcam_cli.api import ReadyModel
 from gradcam_cli.api_arguments import LayerSpec
 from gradcam_cli.integrations.sinks import to_writer
-from gradcam_cli.integrations.snapshot import Images, Shown, explain_set, image_set
+from gradcam_cli.integrations.grid_shown import checked_methods
+from gradcam_cli.integrations.snapshot import Images, Shown, explained, image_set
 
 
 def log_cams(
@@ -22,7 +23,7 @@ def log_cams(
     writer: Any,
     step: int,
     *,
-    method: str = "gradcam",
+    method: str | Sequence[str] = "gradcam",
     layers: LayerSpec | Sequence[LayerSpec] | None = None,
     classes: int | Sequence[int] | None = None,
     tag: str = "gradcam",
@@ -37,19 +38,12 @@ def log_cams(
 
     `images`: paths, PIL images (resized to `size`, else a load_model() model's input size, else the first image's;
     normalised with `mean`/`std`, else its data config's, else ImageNet's), or a normalised tensor (N, 3, H, W),
-    shown de-normalised with the same mean and std. The model is left exactly as found (parameters, `.grad`, every
-    module's mode, requires_grad, the random states, autocast), also when called under `torch.no_grad()`.
-    Returns what was logged.
+    shown de-normalised with the same mean and std. Several methods (a list) or layers: one grid per image and class,
+    rows the methods, columns the layers, each cell what that method and layer alone give. The model is left exactly
+    as found (parameters, `.grad`, every module's mode, requires_grad, the random states, autocast), also when called
+    under `torch.no_grad()`. Returns what was logged.
     """
-    shown = explain_set(
-        model,
-        image_set(images, model, size=size, mean=mean, std=std),
-        method=method,
-        layers=layers,
-        classes=classes,
-        class_names=class_names,
-        colormap=colormap,
-        alpha=alpha,
-    )
+    options = {"classes": classes, "class_names": class_names, "colormap": colormap, "alpha": alpha}
+    shown = explained(model, image_set(images, model, size=size, mean=mean, std=std), checked_methods(method), layers, options)
     to_writer(writer, shown, tag, step)
     return shown
