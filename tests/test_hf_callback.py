@@ -242,7 +242,7 @@ def test_hf_images_n_without_an_eval_dataset_stops_before_the_first_step(tmp_pat
     assert "\n" not in message and message.startswith("CamCallback: images=4 takes the first 4 images") and "eval_dataset" in message
 
 
-@pytest.mark.slow  # mlflow runs git for the run's source tags
+@pytest.mark.slow  # mlflow starts processes (uname, git) for the run's system and source tags
 def test_hf_trainer_mlflow_run_holds_the_stepped_images_and_records(
     mlflow_store: str, tmp_path: Path, photos: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -481,7 +481,7 @@ def mlflow_store_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Ite
     mlflow.set_tracking_uri(None)
 
 
-@pytest.mark.slow  # mlflow runs git for the run's source tags
+@pytest.mark.slow  # mlflow starts processes (uname, git) for the run's system and source tags
 def test_lightning_mlflow_logger_gets_stepped_images_and_records(mlflow_store: str, tmp_path: Path, photos: list[Path]) -> None:
     from lightning.pytorch.loggers import MLFlowLogger
     from mlflow import MlflowClient
