@@ -187,9 +187,9 @@ def test_lightning_wandb_logger_offline_run_holds_the_images_and_table(offline_w
     assert all(0 <= r[2] <= 1 for r in rows)
 
 
-def test_only_their_modules_import_transformers_and_wandb() -> None:
+def test_only_their_modules_import_transformers_wandb_and_mlflow() -> None:
     package = Path(gradcam_cli.__file__).parent
-    importers: dict[str, set[str]] = {"transformers": set(), "wandb": set()}
+    importers: dict[str, set[str]] = {"transformers": set(), "wandb": set(), "mlflow": set()}
     for path in (package / "integrations").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
@@ -197,7 +197,7 @@ def test_only_their_modules_import_transformers_and_wandb() -> None:
             for name in names:
                 if name.split(".")[0] in importers:
                     importers[name.split(".")[0]].add(path.name)
-    assert importers == {"transformers": {"transformers.py"}, "wandb": {"sinks.py", "trackers.py", "transformers.py"}}
+    assert importers == {"transformers": {"transformers.py"}, "wandb": {"sinks.py", "trackers.py", "transformers.py"}, "mlflow": {"transformers.py"}}
 
 
 class Taken(Checked):
