@@ -197,7 +197,11 @@ def test_only_their_modules_import_transformers_wandb_and_mlflow() -> None:
             for name in names:
                 if name.split(".")[0] in importers:
                     importers[name.split(".")[0]].add(path.name)
-    assert importers == {"transformers": {"transformers.py"}, "wandb": {"sinks.py", "trackers.py", "transformers.py"}, "mlflow": {"transformers.py"}}
+    assert importers == {
+        "transformers": {"transformers.py"},
+        "wandb": {"sinks.py", "trackers.py", "transformers.py"},
+        "mlflow": {"transformers.py"},
+    }
 
 
 class Taken(Checked):
