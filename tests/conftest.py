@@ -232,6 +232,21 @@ def call_cli(*args: Any, stdin: str = "") -> CliResult:
 
 
 @pytest.fixture
+def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """W&B offline, its runs under tmp_path/wandb; torn down after, since W&B keeps its settings (the folder) for the
+    whole process and the next test's runs must go to that test's own folder."""
+    wandb = require("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_PROJECT", "gradcam-tests")
+    wandb.teardown()  # a run of an earlier test in this process, with another folder, ends here
+    yield tmp_path
+    wandb.finish()
+    wandb.teardown()
+
+
+@pytest.fixture
 def run_cli():
     """Run `gradcam ARGS` in this process (torch loads once) with captured streams."""
     return call_cli

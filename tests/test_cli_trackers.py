@@ -100,11 +100,8 @@ def test_eval_sends_the_metric_means_table_and_charts(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # wandb starts its service process
-def test_wandb_offline_run_holds_the_overlays_and_records_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    require("wandb")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
+def test_wandb_offline_run_holds_the_overlays_and_records_table(offline_wandb: Path) -> None:
+    tmp_path = offline_wandb
     result = call_cli("explain", *SCENES, *EXAMPLE_MODEL, "-o", tmp_path / "out", "--wandb", "shapes", "--json")
     assert result.code == 0, result.stderr
     (run,) = (tmp_path / "wandb").glob("offline-run-*")

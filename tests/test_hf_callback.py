@@ -9,7 +9,6 @@ from __future__ import annotations
 import ast
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,16 +146,6 @@ def _offline_run(root: Path) -> tuple[list[str], list[dict[str, Any]]]:
     images = sorted(str(p.relative_to(run / "files/media/images")) for p in run.glob("files/media/images/**/*.png"))
     tables = [json.loads(p.read_text()) for p in sorted(run.glob("files/media/table/**/*.table.json"))]
     return images, tables
-
-
-@pytest.fixture
-def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    monkeypatch.setenv("WANDB_PROJECT", "gradcam-tests")
-    yield tmp_path
-    wandb.finish()
 
 
 @pytest.mark.slow  # W&B starts its service process (and git), even offline
