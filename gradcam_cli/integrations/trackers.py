@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 from PIL import Image
 
 from gradcam_cli.errors import UsageError, one_line
@@ -171,29 +170,36 @@ class Trackers:
 
 
 class TensorBoardBackend:
-    """Event files in a folder: overlays with add_image (HWC), tables as Markdown text, means as scalars."""
+    """Event files in a folder: each overlay's PNG as it is (no decoding and encoding again), tables as Markdown text,
+    means as scalars; written by tensorboard's event writer, flushed every 10 s, at each step's end and at the close."""
 
     def __init__(self, folder: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard.writer import FileWriter
 
-        self.writer = SummaryWriter(log_dir=str(folder))
+        self.writer = FileWriter(str(folder), flush_secs=10)
 
     def pictures(self, pictures: Sequence[Picture], step: int) -> None:
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
         for picture in pictures:
-            with Image.open(picture.path) as image:
-                pixels = np.asarray(image.convert("RGB"))
-            self.writer.add_image(picture.tag, pixels, global_step=step, dataformats="HWC")
-        self.writer.flush()
+            with Image.open(picture.path) as image:  # the header: its size and bands
+                size, bands = image.size, len(image.getbands())
+            encoded = Summary.Image(width=size[0], height=size[1], colorspace=bands, encoded_image_string=picture.path.read_bytes())
+            self.writer.add_summary(Summary(value=[Summary.Value(tag=picture.tag, image=encoded)]), global_step=step)
 
     def table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        from torch.utils.tensorboard.summary import text
+
         lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join("" if v is None else str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
-        self.writer.add_text(name, "\n".join(lines), global_step=step)
+        self.writer.add_summary(text(name, "\n".join(lines)), global_step=step)
         self.writer.flush()
 
     def scalars(self, values: dict[str, float], step: int) -> None:
+        from torch.utils.tensorboard.summary import scalar
+
         for tag, value in values.items():
-            self.writer.add_scalar(tag, value, global_step=step)
+            self.writer.add_summary(scalar(tag, value), global_step=step)
         self.writer.flush()
 
     def close(self) -> None:
