@@ -293,3 +293,25 @@ def test_eval_over_a_sweep_logs_each_checkpoints_means_at_its_step(checkpoints: 
     for scalar, name in zip(scalars, ["epoch=0-step=2", "epoch=1-step=4", "epoch=2-step=6"]):
         summary = json.loads((out / name / "eval.json").read_text())
         assert scalar.value == pytest.approx(summary["results"]["gradcam"]["deletion"]["mean"], rel=1e-6)
+
+
+@pytest.mark.slow  # wandb starts its service process
+def test_a_videos_overlay_goes_to_wandb_as_a_video_once_whole_and_its_frames_to_the_table(offline_wandb: Path) -> None:
+    require("av")
+    from test_video import moving_clip
+
+    video = offline_wandb / "clips" / "shape.mp4"
+    moving_clip(video, seed=101, frames=6)
+    out, board = offline_wandb / "out", offline_wandb / "board"
+    args = ("explain", video, *EXAMPLE_MODEL, "-o", out, "--wandb", "clips", "--tensorboard", board, "--json")
+    result = call_cli(*args)
+    assert result.code == 0, result.stderr
+    overlay = Path(result.records()[0]["outputs"][0])
+    (run,) = (offline_wandb / "wandb").glob("offline-run-*")
+    (logged,) = (run / "files" / "media" / "videos").rglob("*.mp4")
+    assert logged.read_bytes() == overlay.read_bytes()  # the whole overlay video, as written
+    (table_file,) = (run / "files" / "media" / "table").glob("records_*.table.json")
+    assert [row[1] for row in json.loads(table_file.read_text())["data"]] == list(range(6))  # a row per frame
+    events = _events(board)
+    assert events.Tags()["images"] == []  # TensorBoard shows no MP4: the frames are its table's rows
+    assert len(_text(events, "records")[0][1].splitlines()) == 2 + 6

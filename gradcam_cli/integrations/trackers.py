@@ -23,13 +23,20 @@ RECORD_COLUMNS = ["input", "frame", "slice", "class", "probability", "score", "b
 EXTRA = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
+VIDEO_SUFFIXES = (".mp4",)  # the overlay videos explain writes (outputs/video_files.py)
+
+
 @dataclass(frozen=True)
 class Picture:
-    """One overlay a record lists: its tag (the output's path in the folder, less `.png`), file and caption."""
+    """One overlay a record lists: its tag (the output's path in the folder, less its suffix), file and caption."""
 
     tag: str
     path: Path
     caption: str
+
+    @property
+    def video(self) -> bool:
+        return self.path.suffix.lower() in VIDEO_SUFFIXES
 
 
 class Backend(Protocol):
@@ -40,20 +47,22 @@ class Backend(Protocol):
 
 
 def pictures_of(record: Any, output_dir: Path) -> list[Picture]:
-    """The PNG overlays of a done record (explain's or eval's), each captioned with the class and probability it shows."""
+    """The PNG overlays and overlay videos of a done record (explain's or eval's), each captioned with the class and
+    probability it shows (a video none: its frames differ)."""
     if not record.ok or getattr(record, "skipped", False):
         return []
     captions = _captions(record)
     pictures = []
     for output in dict.fromkeys([*getattr(record, "outputs", []), *(t.overlay for t in record.targets if t.overlay)]):
         path = Path(output)
-        if path.suffix.lower() != ".png":
-            continue  # a video, a NIfTI map, a raw array: the records' rows tell of them
+        if path.suffix.lower() not in (".png", *VIDEO_SUFFIXES):
+            continue  # a NIfTI map, a raw array: the records' rows tell of them
         try:
             tag = path.relative_to(output_dir).with_suffix("").as_posix()
         except ValueError:
             tag = path.with_suffix("").name
-        pictures.append(Picture(tag, path, captions.get(output, captions.get("", ""))))
+        caption = "" if path.suffix.lower() in VIDEO_SUFFIXES else captions.get(output, captions.get("", ""))
+        pictures.append(Picture(tag, path, caption))
     return pictures
 
 
@@ -110,7 +119,7 @@ class Trackers:
         self.output_dir, self.step = Path("."), 0
         self.rows: list[list[Any]] = []
         self.logged: set[Path] = set()
-        self.pending: dict[Path, Picture] = {}  # a volume's montage, written after its slices' records: logged at the step's end
+        self.pending: dict[Path, Picture] = {}  # written after their records (a volume's montage, a video): at the step's end
 
     def __bool__(self) -> bool:
         return bool(self.opened or self.backends)
@@ -129,7 +138,7 @@ class Trackers:
     def record(self, record: Any) -> None:
         """A record's overlays as images, and its row kept for the step's table."""
         pictures = [p for p in pictures_of(record, self.output_dir) if p.path not in self.logged]
-        self.pending.update({p.path: p for p in pictures if not p.path.is_file()})
+        self.pending.update({p.path: p for p in pictures if p.video or not p.path.is_file()})  # a video: whole at its end
         self.rows.append(row_of(record))
         self._log([p for p in pictures if p.path not in self.pending])
 
@@ -139,7 +148,7 @@ class Trackers:
             self._each(lambda backend: backend.pictures(pictures, self.step))
 
     def end_step(self) -> None:
-        """The pictures that came after their records (a volume's montage), and the step's records table."""
+        """The pictures that came after their records (a volume's montage, a video), and the step's records table."""
         self._log([p for p in self.pending.values() if p.path.is_file()])
         self.pending = {}
         if self.rows:
@@ -181,7 +190,7 @@ class TensorBoardBackend:
     def pictures(self, pictures: Sequence[Picture], step: int) -> None:
         from tensorboard.compat.proto.summary_pb2 import Summary
 
-        for picture in pictures:
+        for picture in (p for p in pictures if not p.video):  # TensorBoard plays no MP4: a video's frames are table rows
             with Image.open(picture.path) as image:  # the header: its size and bands
                 size, bands = image.size, len(image.getbands())
             encoded = Summary.Image(width=size[0], height=size[1], colorspace=bands, encoded_image_string=picture.path.read_bytes())
@@ -218,7 +227,8 @@ class WandbBackend:
 
     def pictures(self, pictures: Sequence[Picture], step: int) -> None:
         if pictures:
-            self.run.log({p.tag: self.wandb.Image(str(p.path), caption=p.caption or None) for p in pictures}, step=step)
+            media = {p.tag: (self.wandb.Video if p.video else self.wandb.Image)(str(p.path), caption=p.caption or None) for p in pictures}
+            self.run.log(media, step=step)
 
     def table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
         data = [["" if value is None else value for value in row] for row in rows]
