@@ -315,3 +315,22 @@ def test_a_videos_overlay_goes_to_wandb_as_a_video_once_whole_and_its_frames_to_
     events = _events(board)
     assert events.Tags()["images"] == []  # TensorBoard shows no MP4: the frames are its table's rows
     assert len(_text(events, "records")[0][1].splitlines()) == 2 + 6
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_cannot_load_is_one_line_and_the_others_are_explained(checkpoints: Path, tmp_path: Path) -> None:
+    import shutil
+
+    folder = tmp_path / "ckpts"
+    shutil.copytree(checkpoints, folder)
+    (folder / "epoch=1-step=4.ckpt").write_bytes((folder / "epoch=1-step=4.ckpt").read_bytes()[:4000])  # cut short
+    labels = str(EXAMPLES / "shapes_model" / "labels.txt")
+    out = tmp_path / "out"
+    result = call_cli("explain", SCENES[0], "-m", "test_resnet", "--labels", labels, "--weights", folder / "*.ckpt", "-o", out, "--json")
+    assert result.code == 1
+    said = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(said) == 1 and "epoch=1-step=4.ckpt" in said[0] and said[0].endswith("; the other checkpoints go on"), result.stderr
+    assert len(result.records()) == 2
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["epoch=0-step=2", "epoch=2-step=6"]
+    unknown = call_cli("explain", SCENES[0], "-m", "no_such_model_xyz", "--weights", folder / "*.ckpt", "-o", tmp_path / "o2")
+    assert unknown.code == 2 and "checkpoint 2 of 3" not in unknown.stderr  # the model itself: stops at the first

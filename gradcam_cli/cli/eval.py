@@ -21,7 +21,7 @@ from typing import Any
 import typer
 
 from gradcam_cli.cli.console import NO_IMAGE_FOUND, NO_INPUT_GIVEN, ProgressLine, Streams, names_input, progress_line, write_line
-from gradcam_cli.cli.explain import build_report_for, command_streams, swept_settings
+from gradcam_cli.cli.explain import build_report_for, command_streams, run_swept
 from gradcam_cli.cli.options import own_option, parameter, parse_methods, parse_names
 from gradcam_cli.cli.signals import StopRequests
 from gradcam_cli.errors import ExitCode, UsageError, warnings_said
@@ -79,10 +79,11 @@ def evaluate(ctx: typer.Context, methods: str, metrics: str | None, steps: int, 
         with model_prints_to_stderr():  # stdout carries the records only, whatever the model's code prints
             if sweep is None:
                 return _Evaluation(settings, plan, streams, as_json, quiet, trackers).run(inputs)
-            return max(
-                _Evaluation(one, plan, streams, as_json, quiet, trackers, step).run(inputs)
-                for one, step in swept_settings(settings, sweep, streams, quiet)
-            )
+
+            def evaluate_one(one: ExplainSettings, step: int) -> int:
+                return _Evaluation(one, plan, streams, as_json, quiet, trackers, step).run(inputs)
+
+            return run_swept(settings, sweep, streams, quiet, evaluate_one)
     finally:
         trackers.close()
 

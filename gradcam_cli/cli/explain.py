@@ -9,7 +9,7 @@ requests, and the records go to the console as they come.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from gradcam_cli.cli.console import NO_IMAGE_FOUND, NO_INPUT_GIVEN, Reporter, St
 from gradcam_cli.cli.named_inputs import Scan, check_files, input_sources, scan_named, stdin_ahead
 from gradcam_cli.cli.options import parameter
 from gradcam_cli.cli.signals import HANDLED, StopRequests
-from gradcam_cli.errors import ExitCode, GradcamError, Interrupted, UsageError, warnings_said
+from gradcam_cli.errors import ExitCode, GradcamError, Interrupted, ModelError, UsageError, warnings_said
 from gradcam_cli.settings import ExplainSettings, build_settings
 from gradcam_cli.option_table import OPTIONS
 from gradcam_cli.option_words import as_flag, in_flags
@@ -56,28 +56,39 @@ def _run_sweep(
 ) -> int:
     """Each checkpoint explained in turn (one model in memory at a time), its outputs in its own subfolder of the
     output folder, logged to the trackers at its step: the same image's map through training."""
-    import gc
-
     if "-" in inputs:
         raise UsageError("a sweep of checkpoints (⟨weights~⟩ as a pattern) reads the inputs once per checkpoint: name them, not '-'")
-    codes = []
-    for one, step in swept_settings(settings, sweep, streams, quiet):
-        codes.append(_run_explain(one, inputs, streams, json_lines, quiet, trackers, step))
-        gc.collect()  # the last checkpoint's model goes before the next one loads
-    return max(codes)
+
+    def explain_one(one: ExplainSettings, step: int) -> int:
+        return _run_explain(one, inputs, streams, json_lines, quiet, trackers, step)
+
+    return run_swept(settings, sweep, streams, quiet, explain_one)
 
 
-def swept_settings(settings: ExplainSettings, sweep: list[Any], streams: Streams, quiet: bool) -> Iterator[tuple[ExplainSettings, int]]:
-    """Each checkpoint's settings (its weights, its subfolder of the output folder) and step, said as it starts
-    (explain's and eval's sweeps)."""
+def run_swept(
+    settings: ExplainSettings, sweep: list[Any], streams: Streams, quiet: bool, run: Callable[[ExplainSettings, int], int]
+) -> int:
+    """`run` once per checkpoint with its settings (its weights, its subfolder of the output folder) and step, each
+    said as it starts (explain's and eval's sweeps). A checkpoint that cannot be loaded is one line and the others go
+    on; the worst exit code is the sweep's."""
+    import gc
     from dataclasses import replace
 
+    codes = []
     for number, checkpoint in enumerate(sweep, 1):
         folder = settings.outputs.output_dir / checkpoint.folder
         if not quiet:
             streams.warn(f"checkpoint {number} of {len(sweep)}: {checkpoint.path} (step {checkpoint.step}); outputs in {folder}/")
         model, outputs = replace(settings.model, weights=checkpoint.path), replace(settings.outputs, output_dir=folder)
-        yield replace(settings, model=model, outputs=outputs), checkpoint.step
+        try:
+            codes.append(run(replace(settings, model=model, outputs=outputs), checkpoint.step))
+        except ModelError as error:
+            if f"⟨weights={checkpoint.path}⟩" not in error.message:
+                raise  # the model itself, not this checkpoint: every checkpoint would fail alike
+            streams.warn(f"error: {error.spelled(as_flag)}; the other checkpoints go on")
+            codes.append(ExitCode.SOME_INPUTS_FAILED)
+        gc.collect()  # the last checkpoint's model goes before the next one loads
+    return max(codes)
 
 
 def command_streams(ctx: typer.Context) -> Streams:
