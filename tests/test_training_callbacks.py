@@ -95,7 +95,7 @@ class Unwritable(NoImages):
 def _data(count: int, seed: int) -> torch.utils.data.TensorDataset:
     shapes, rng = _shapes(), np.random.default_rng(seed)
     scenes = [shapes.make_scene(rng, 32, 32) for _ in range(count)]
-    x = torch.stack([torch.from_numpy(np.asarray(image)).permute(2, 0, 1).float() / 255 for image, _, _ in scenes])
+    x = torch.stack([torch.from_numpy(np.array(image)).permute(2, 0, 1).float() / 255 for image, _, _ in scenes])
     mean, std = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1), torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
     return torch.utils.data.TensorDataset((x - mean) / std, torch.tensor([label for _, label, _ in scenes]))
 
@@ -509,3 +509,41 @@ def _check_mlflow_run(client: Any, run_id: str, steps: list[int], folder: Path) 
     assert [(r["image"], r["class_name"], r["method"], r["layer"]) for r in saved["records"]] == [
         (image, "circle", "gradcam", "default") for image in ("cat", "dog")
     ]
+
+
+class RankMarked(CamCallback):
+    """CamCallback that leaves a file for each validation end it sees and each time it logs, named by its rank."""
+
+    def __init__(self, marks: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.marks, self.rank = marks, -1
+
+    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        self.rank = trainer.global_rank
+        if not trainer.sanity_checking:
+            (self.marks / f"seen-rank{self.rank}-epoch{trainer.current_epoch}").touch()
+        super().on_validation_epoch_end(trainer, pl_module)
+
+    def _log(self, logger: Any, shown: list[Any], epoch: int, step: int) -> None:
+        (self.marks / f"logged-rank{self.rank}-epoch{epoch}").touch()
+        super()._log(logger, shown, epoch, step)
+
+
+@pytest.mark.slow  # two processes (DDP over gloo on the CPU)
+def test_a_distributed_fit_explains_and_logs_on_rank_zero_only(tmp_path: Path, photos: list[Path]) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    callback = RankMarked(marks, photos, size=32, class_names=CLASSES)
+    trainer = lightning.Trainer(
+        accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=2, enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=False, logger=CSVLogger(tmp_path, name="csv"), callbacks=[callback],
+    )  # fmt: skip
+    train = torch.utils.data.DataLoader(_data(16, 1), batch_size=4)
+    trainer.fit(Shapes(), train, torch.utils.data.DataLoader(_data(8, 2), batch_size=4))
+    seen = sorted(path.name for path in marks.iterdir())
+    assert seen == [
+        "logged-rank0-epoch0", "logged-rank0-epoch1",
+        "seen-rank0-epoch0", "seen-rank0-epoch1", "seen-rank1-epoch0", "seen-rank1-epoch1",
+    ]  # fmt: skip
+    pngs = sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.glob("csv/*/gradcam/*/*.png"))
+    assert len(pngs) == 2 * len(photos)  # each epoch's maps once, from rank 0
