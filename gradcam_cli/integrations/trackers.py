@@ -8,6 +8,7 @@ how its map changed. tensorboard and wandb are imported only here, and only when
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 from collections.abc import Callable, Sequence
@@ -176,6 +177,8 @@ class Trackers:
             except Exception as error:  # noqa: BLE001 - a tracker's failure never costs the run its files
                 del self.backends[name]
                 self.warn(f"⟨{name}⟩: stopped logging ({one_line(error)}); the outputs are written without it")
+                with contextlib.suppress(Exception):
+                    backend.close()  # what it took before failing is kept, as far as it can still write
 
 
 class TensorBoardBackend:
