@@ -61,7 +61,7 @@ def test_explain_sends_each_overlay_and_the_records_table_to_tensorboard(tmp_pat
         (picture,) = pictures_of(ImageRecord.from_json(json.dumps(record)), out)
         assert picture.caption == f"{record['class_name']} p={record['probability']:.2f}"
     lines = table.splitlines()
-    assert lines[0].startswith("| input | frame | slice | class | probability")
+    assert lines[0] == "| input | class | probability | score | blank | overlay |"  # a photo has no frame or slice
     assert len(lines) == 2 + len(SCENES)
     for record in records:
         assert any(record["input"] in line and f"| {record['class_name']} |" in line for line in lines[2:])

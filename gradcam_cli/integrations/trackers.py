@@ -182,7 +182,8 @@ class Trackers:
 
 
 class TensorBoardBackend:
-    """Event files in a folder: each overlay's PNG as it is (no decoding and encoding again), tables as Markdown text,
+    """Event files in a folder: each overlay's PNG as it is (no decoding and encoding again), tables as Markdown text
+    (columns empty in every row left out),
     means as scalars; written by tensorboard's event writer, flushed every 10 s, at each step's end and at the close."""
 
     def __init__(self, folder: Path) -> None:
@@ -202,8 +203,9 @@ class TensorBoardBackend:
     def table(self, name: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
         from torch.utils.tensorboard.summary import text
 
-        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-        lines += ["| " + " | ".join("" if v is None else str(v).replace("|", "\\|") for v in row) + " |" for row in rows]
+        kept = [i for i in range(len(columns)) if any(row[i] not in (None, "") for row in rows)]  # no empty `frame` for photos
+        lines = ["| " + " | ".join(columns[i] for i in kept) + " |", "|" + "---|" * len(kept)]
+        lines += ["| " + " | ".join("" if row[i] is None else str(row[i]).replace("|", "\\|") for i in kept) + " |" for row in rows]
         self.writer.add_summary(text(name, "\n".join(lines)), global_step=step)
         self.writer.flush()
 
