@@ -99,43 +99,50 @@ def layer_rows(
     Layouts are read as a run reads them (same hints, patch grid included),
     so the table shows the grid `explain` will use.
     """
-    from gradcam_cli.errors import LayoutError
     from gradcam_cli.layout import LayoutHints, channels_dim_hint, detect_layout, patch_grid
 
-    shapes = probe_shapes(model, input_hw)
     patches = patch_grid(model, input_hw)
-    rows = []
-    for name, module in model.named_modules():
-        shape = shapes.get(name)
-        layout = None
-        if shape is not None and len(shape) in (3, 4) and name:
-            try:
-                hints = LayoutHints(num_prefix_tokens, None, channels_dim_hint(module), patches)
-                layout = detect_layout(shape, input_hw, hints).describe()
-            except LayoutError:
-                layout = "?"
-        depth = name.count(".") + 1 if name else 0
-        rows.append(LayerRow(name or "(model)", type(module).__name__, depth, shape, layout, name in default_names))
-    return rows
+
+    def layout(_name: str, module: nn.Module, shape: tuple[int, ...]) -> str:
+        hints = LayoutHints(num_prefix_tokens, None, channels_dim_hint(module), patches)
+        return detect_layout(shape, input_hw, hints).describe()
+
+    return _rows(model, probe_shapes(model, input_hw), (3, 4), layout, default_names)
 
 
 def clip_layer_rows(model: nn.Module, input_size: tuple[int, int, int], default_names: list[str]) -> list[LayerRow]:
     """`layer_rows` for a model that takes clips or volumes: one probe forward of a (3, T, H, W) clip, each output read
     as a run reads a clip's layers (layout_3d.py: the module's type, the model's own token grid)."""
-    from gradcam_cli.errors import LayoutError
     from gradcam_cli.layout_3d import LayoutHints3d, channels_dim_hint_3d, detect_layout_3d, mvit_token_grid
 
+    def layout(name: str, module: nn.Module, shape: tuple[int, ...]) -> str:
+        hints = LayoutHints3d(channels_dim_hint_3d(module), token_grid=mvit_token_grid(model, name) if len(shape) == 3 else None)
+        return detect_layout_3d(shape, input_size, hints).describe()
+
     shapes = probe_shapes(model, (input_size[1], input_size[2]), input_shape=(3, *input_size))
+    return _rows(model, shapes, (3, 5), layout, default_names)
+
+
+def _rows(
+    model: nn.Module,
+    shapes: dict[str, tuple[int, ...]],
+    ranks: tuple[int, ...],
+    layout: Callable[[str, nn.Module, tuple[int, ...]], str],
+    default_names: list[str],
+) -> list[LayerRow]:
+    """A row per module: its probed shape, and for an output of one of `ranks` its layout as `layout` reads it ("?":
+    none fits)."""
+    from gradcam_cli.errors import LayoutError
+
     rows = []
     for name, module in model.named_modules():
         shape = shapes.get(name)
-        layout = None
-        if shape is not None and len(shape) in (3, 5) and name:
-            hints = LayoutHints3d(channels_dim_hint_3d(module), token_grid=mvit_token_grid(model, name) if len(shape) == 3 else None)
+        described = None
+        if shape is not None and len(shape) in ranks and name:
             try:
-                layout = detect_layout_3d(shape, input_size, hints).describe()
+                described = layout(name, module, shape)
             except LayoutError:
-                layout = "?"
+                described = "?"
         depth = name.count(".") + 1 if name else 0
-        rows.append(LayerRow(name or "(model)", type(module).__name__, depth, shape, layout, name in default_names))
+        rows.append(LayerRow(name or "(model)", type(module).__name__, depth, shape, described, name in default_names))
     return rows
