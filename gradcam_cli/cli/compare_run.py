@@ -135,12 +135,11 @@ class Comparison:
         if not self.sweep:
             ready, layers = self._load(paths, self.settings.model.weights)
             return [Row(layer, ready, layer, size) for layer, size in zip(layers, self._resolutions(ready, layers))]
-        rows = []
-        for checkpoint in self.sweep:
-            ready, layers = self._load(paths if paths else [], checkpoint.path)
-            layer = layers[0] if layers else self._default_layer(ready)
-            rows.append(Row(checkpoint.folder, ready, layer, self._resolutions(ready, [layer])[0], checkpoint.step))
-        return rows
+        loaded = [self._load(paths if paths else [], checkpoint.path) for checkpoint in self.sweep]
+        first, layers = loaded[0]  # every checkpoint is the same model: its layer and map size found once
+        layer = layers[0] if layers else self._default_layer(first)
+        size = self._resolutions(first, [layer])[0]
+        return [Row(c.folder, ready, layer, size, c.step) for c, (ready, _) in zip(self.sweep, loaded)]
 
     def _load(self, paths: list[str] | None, weights: Path | None) -> tuple[Any, list[str]]:
         """The model as explain() takes it, and the rows' layers, canonical ([]: none asked)."""
