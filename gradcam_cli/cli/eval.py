@@ -196,9 +196,9 @@ class _Evaluation:
             self.streams.warn(f"cannot write the summaries into {output_dir}: {error.strerror or error}")
             written = []
         if self.trackers:
-            from gradcam_cli.outputs.eval_files import csv_text
+            from gradcam_cli.outputs.eval_files import csv_rows
 
-            self.trackers.evaluation(summary, written, csv_text(summary))
+            self.trackers.evaluation(summary, written, csv_rows(summary))
         if not (self.quiet and self.as_json):
             stream = self.streams.stderr if self.as_json else self.streams.stdout
             terminal = self.streams.stderr_tty if self.as_json else self.streams.stdout_tty  # fitted to it; a file gets it whole

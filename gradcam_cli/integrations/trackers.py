@@ -9,8 +9,6 @@ how its map changed. tensorboard and wandb are imported only here, and only when
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +17,9 @@ from typing import Any, Protocol
 from PIL import Image
 
 from gradcam_cli.errors import UsageError, one_line
+from gradcam_cli.outputs.records import ImageRecord
 
 RECORD_COLUMNS = ["input", "frame", "slice", "class", "probability", "score", "blank", "true_class", "correct", "error", "overlay"]
-EXTRA = {"tensorboard": "tensorboard", "wandb": "wandb"}
 
 
 VIDEO_SUFFIXES = (".mp4",)  # the overlay videos explain writes (outputs/video_files.py)
@@ -47,14 +45,14 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def pictures_of(record: Any, output_dir: Path) -> list[Picture]:
-    """The PNG overlays and overlay videos of a done record (explain's or eval's), each captioned with the class and
+def pictures_of(record: ImageRecord, output_dir: Path) -> list[Picture]:
+    """The PNG overlays and overlay videos of a done explain record, each captioned with the class and
     probability it shows (a video none: its frames differ)."""
-    if not record.ok or getattr(record, "skipped", False):
+    if not record.ok or record.skipped:
         return []
     captions = _captions(record)
     pictures = []
-    for output in dict.fromkeys([*getattr(record, "outputs", []), *(t.overlay for t in record.targets if t.overlay)]):
+    for output in dict.fromkeys([*record.outputs, *(t.overlay for t in record.targets if t.overlay)]):
         path = Path(output)
         if path.suffix.lower() not in (".png", *VIDEO_SUFFIXES):
             continue  # a NIfTI map, a raw array: the records' rows tell of them
@@ -67,7 +65,7 @@ def pictures_of(record: Any, output_dir: Path) -> list[Picture]:
     return pictures
 
 
-def _captions(record: Any) -> dict[str, str]:
+def _captions(record: ImageRecord) -> dict[str, str]:
     """Overlay path → `CLASS p=0.93` (a detection's score, a region's mean probability); "" → the record's top class."""
 
     def said(name: str | None, index: int | None, value: float | None, word: str = "p") -> str:
@@ -78,23 +76,22 @@ def _captions(record: Any) -> dict[str, str]:
     for target in record.targets:
         if target.overlay:
             captions[target.overlay] = said(target.class_name, target.class_index, target.probability)
-    for found in getattr(record, "detections", None) or []:
+    for found in record.detections or []:
         if found.overlay:
             captions[found.overlay] = said(found.class_name, found.class_index, found.score, "score")
-    for region in getattr(record, "segments", None) or []:
+    for region in record.segments or []:
         if region.overlay:
             captions[region.overlay] = said(region.class_name, region.class_index, region.mean_probability)
     return captions
 
 
-def row_of(record: Any) -> list[Any]:
+def row_of(record: ImageRecord) -> list[Any]:
     """A record as one row of the tracker's records table (RECORD_COLUMNS)."""
     overlay = next((t.overlay for t in record.targets if t.overlay), None)
-    probability, score = (None if v is None else round(v, 4) for v in (record.probability, getattr(record, "score", None)))
+    probability, score = (None if v is None else round(v, 4) for v in (record.probability, record.score))
     return [
-        record.input, getattr(record, "frame", None), getattr(record, "slice", None), record.class_name, probability, score,
-        getattr(record, "blank", None), getattr(record, "true_class", None),
-        getattr(record, "correct", None), record.error, overlay,
+        record.input, record.frame, record.slice, record.class_name, probability, score, record.blank, record.true_class,
+        record.correct, record.error, overlay,
     ]  # fmt: skip
 
 
@@ -136,7 +133,7 @@ class Trackers:
             except Exception as error:  # noqa: BLE001 - any tracker failure: said, the files are written as before
                 self.warn(f"⟨{name}⟩: cannot start ({one_line(error)}); the outputs are written without it")
 
-    def record(self, record: Any) -> None:
+    def record(self, record: ImageRecord) -> None:
         """A record's overlays as images, and its row kept for the step's table."""
         pictures = [p for p in pictures_of(record, self.output_dir) if p.path not in self.logged]
         self.pending.update({p.path: p for p in pictures if p.video or not p.path.is_file()})  # a video: whole at its end
@@ -156,9 +153,10 @@ class Trackers:
             rows, self.rows = self.rows, []
             self._each(lambda backend: backend.table("records", RECORD_COLUMNS, rows, self.step))
 
-    def evaluation(self, summary: dict[str, Any], written: Sequence[Path], csv_text: str) -> None:
-        """eval's summary: each map set's means as scalars, its table, its charts as images."""
-        table = list(csv.reader(io.StringIO(csv_text)))
+    def evaluation(self, summary: dict[str, Any], written: Sequence[Path], csv_rows: list[list[Any]]) -> None:
+        """eval's summary: each map set's means as scalars, its table (eval.csv's rows, as the file spells each cell), its
+        charts as images."""
+        table = [[str(cell) for cell in row] for row in csv_rows]
         charts = [Picture(f"eval/chart/{path.stem.removeprefix('eval_')}", path, "") for path in written if path.suffix == ".png"]
         self._each(lambda backend: backend.scalars(eval_values(summary), self.step))
         if len(table) > 1:
@@ -250,19 +248,20 @@ def open_trackers(outputs: Any, job_type: str) -> Trackers:
     """The trackers `outputs` asks for (⟨tensorboard⟩, ⟨wandb⟩), their libraries checked now, opened at `start`."""
     opened: dict[str, Callable[[dict[str, Any]], Backend]] = {}
     if outputs.tensorboard is not None:
-        _require("tensorboard", "tensorboard", "TensorBoard's event files")
+        _require("tensorboard", "TensorBoard's event files")
         folder = Path(outputs.tensorboard)
         opened["tensorboard"] = lambda _config: TensorBoardBackend(folder)
     if outputs.wandb is not None:
-        _require("wandb", "wandb", "Weights & Biases")
+        _require("wandb", "Weights & Biases")
         project = str(outputs.wandb)
         opened["wandb"] = lambda config: WandbBackend(project, job_type, config)
     return Trackers(opened)
 
 
-def _require(option: str, module: str, what: str) -> None:
-    """The tracker's library importable, else one line naming the extra that brings it."""
+def _require(name: str, what: str) -> None:
+    """The tracker's library importable, else one line naming the extra that brings it (option, module and extra share
+    the name)."""
     import importlib.util
 
-    if importlib.util.find_spec(module) is None:
-        raise UsageError(f"⟨{option}⟩ logs to {what}, which is not installed: pip install 'gradcam-cli[{EXTRA[option]}]'")
+    if importlib.util.find_spec(name) is None:
+        raise UsageError(f"⟨{name}⟩ logs to {what}, which is not installed: pip install 'gradcam-cli[{name}]'")

@@ -45,19 +45,24 @@ def write_eval_files(output_dir: Path, summary: dict[str, Any]) -> list[Path]:
 
 
 def csv_text(summary: dict[str, Any]) -> str:
-    """One row per map set and measure: the mean, its interval, the count, and the verdicts."""
+    """eval.csv: `csv_rows` written as CSV."""
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    csv.writer(out, lineterminator="\n").writerows(csv_rows(summary))
+    return out.getvalue()
+
+
+def csv_rows(summary: dict[str, Any]) -> list[list[Any]]:
+    """The header, then one row per map set and measure: the mean, its interval, the count, and the verdicts."""
+    rows: list[list[Any]] = [list(CSV_COLUMNS)]
     for name, result in summary["results"].items():
         for measure, about in summary["measures"].items():
             stats = result[measure]
             beats = (summary["beats_baselines"].get(name) or {}).get(measure)
-            writer.writerow(
+            rows.append(
                 [name, result["baseline"], measure, *(_cell(stats[k]) for k in ("mean", "low", "high", "n")), about["higher_is_better"],
                  name in summary["best"].get(measure, []), "" if beats is None else beats]
             )  # fmt: skip
-    return out.getvalue()
+    return rows
 
 
 def _cell(value: Any) -> Any:
